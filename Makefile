@@ -1,0 +1,46 @@
+# soma — build, test, lint, bench. `make test` is what CI runs (.ci/run).
+GO        ?= go
+PYTHON    ?= /usr/bin/python3
+STATICCHECK_VERSION ?= v0.8.2
+# -race on 2 cores: keep packages from running all at once.
+TESTFLAGS ?= -race -count=1 -timeout 20m -p 2
+
+export SOMA_PYTHON ?= $(PYTHON)
+
+.PHONY: all build test deps fmt-check vet lint race bench clean
+
+all: build
+
+build:
+	$(GO) build -o bin/ ./cmd/...
+
+# Everything: install what the tests need (Debian packages, a local Slurm),
+# then format check, vet, staticcheck, and the race-enabled tests with every
+# optional dependency required (SOMA_REQUIRE=1: nothing silently skipped).
+test: deps fmt-check vet lint race
+
+deps:
+	bash scripts/test-deps.sh
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi; echo "fmt-check: ok"
+
+vet:
+	$(GO) vet ./...
+
+lint: vet
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	@echo "lint: ok"
+
+race:
+	@set -o pipefail; SOMA_REQUIRE=1 $(GO) test $(TESTFLAGS) -json ./... | $(GO) run ./internal/testsum
+
+# Benchmarks, printed side by side with the bare syscalls and the peers.
+bench:
+	@echo "## fsstore: soma vs the raw syscalls it is built on (last column: ratio of times)"
+	@$(GO) test -run '^$$' -bench . -benchtime 1s ./fsstore/ | $(GO) run ./internal/benchtable
+	@for s in scripts/bench-*.sh; do [ -e "$$s" ] && echo && bash "$$s"; done; true
+
+clean:
+	rm -rf bin

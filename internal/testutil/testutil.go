@@ -1,0 +1,64 @@
+// Package testutil holds helpers shared by soma's tests. Import it only
+// from _test.go files.
+package testutil
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Required reports whether the suite runs with every optional dependency
+// demanded: `make test` (and so CI) sets SOMA_REQUIRE=1 after installing
+// Debian's python3 packages, Slurm and Chromium. A plain `go test ./...`
+// skips what is missing instead.
+func Required() bool { return os.Getenv("SOMA_REQUIRE") == "1" }
+
+// Need skips t (or, under SOMA_REQUIRE=1, fails it) when ok is false.
+// what names the missing thing and how to get it.
+func Need(t testing.TB, ok bool, what string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if Required() {
+		t.Fatalf("missing %s (SOMA_REQUIRE=1: 'make test' should have installed it; see scripts/test-deps.sh)", what)
+	}
+	t.Skipf("skipping: missing %s (run 'make test' to install test dependencies)", what)
+}
+
+// Python returns the interpreter tests run: $SOMA_PYTHON, else Debian's
+// /usr/bin/python3 (the one that sees python3-numpy, -optuna, -zarr...),
+// never whatever python3 is first on PATH.
+func Python() string {
+	if p := os.Getenv("SOMA_PYTHON"); p != "" {
+		return p
+	}
+	return "/usr/bin/python3"
+}
+
+var (
+	modMu    sync.Mutex
+	modCache = map[string]bool{}
+)
+
+// PythonHas reports whether Python() can import every module in mods.
+func PythonHas(mods ...string) bool {
+	key := strings.Join(mods, ",")
+	modMu.Lock()
+	defer modMu.Unlock()
+	if v, ok := modCache[key]; ok {
+		return v
+	}
+	err := exec.Command(Python(), "-c", "import "+key).Run()
+	modCache[key] = err == nil
+	return err == nil
+}
+
+// NeedPython skips or fails t unless Python() imports mods.
+func NeedPython(t testing.TB, mods ...string) {
+	t.Helper()
+	Need(t, PythonHas(mods...), Python()+" with modules "+strings.Join(mods, ", ")+" (Debian packages python3-<name>)")
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs and starts what soma's tests need, idempotently: Debian's
+# Python packages (the peers and the objectives' libraries), Chromium for
+# the report test, and a local Slurm. Safe to run again; fast when all is
+# there. Needs root for apt-get on a fresh machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pkgs=(python3 python3-numpy python3-sklearn python3-optuna python3-zarr chromium)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "test-deps: installing ${missing[*]}"
+  if [ "$(id -u)" != 0 ]; then
+    echo "test-deps: need root to apt-get install ${missing[*]} (or install them yourself)" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "test-deps: debian packages ok ($(/usr/bin/python3 -c 'import optuna, zarr, sklearn; print("optuna", optuna.__version__, "zarr", zarr.__version__)'))"
+
+if [ -x scripts/slurm-local.sh ] || [ -f scripts/slurm-local.sh ]; then
+  bash scripts/slurm-local.sh start
+fi
