@@ -1,4 +1,5 @@
 # soma — build, test, lint, bench. `make test` is what CI runs (.ci/run).
+SHELL     := /bin/bash
 GO        ?= go
 PYTHON    ?= /usr/bin/python3
 STATICCHECK_VERSION ?= v0.8.2
