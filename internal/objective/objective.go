@@ -1,0 +1,511 @@
+// Package objective runs one trial's objective: any program, given the
+// point in its environment and arguments, reporting intermediate values
+// and a final score over a file descriptor, and reading prune verdicts on
+// another. It is the process half of soma-trial; the study half (claims,
+// records, pruners) is package study.
+//
+// The contract with an objective (also in soma-trial --help and the README):
+//
+//   - The point arrives as SOMA_PARAMS (JSON), one SOMA_PARAM_<NAME> per
+//     knob (name upper-cased, other characters than letters and digits
+//     as '_'), and as {name} substitutions in the arguments. SOMA_STUDY,
+//     SOMA_TRIAL, SOMA_ATTEMPT and SOMA_TRIAL_DIR (a per-trial folder) are
+//     set too; {study}, {trial}, {attempt} and {trial_dir} substitute.
+//   - On fd $SOMA_REPORT_FD (3) it may write lines "report <step> <value>"
+//     and "final <score>"; after each report, one line "continue" or
+//     "prune" is written to fd $SOMA_CONTROL_FD (4) for it to read.
+//   - Without a "final" line, the last non-empty line of stdout must be the
+//     score: a number alone on the line (for example "0.9312").
+//   - A non-zero exit, no score, or a score that is NaN, infinite or not a
+//     number fails the trial; stderr's tail is kept as the reason.
+package objective
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Helper is soma_report.py, the dependency-free Python helper.
+//
+//go:embed soma_report.py
+var Helper []byte
+
+// Param is one knob's value as text.
+type Param struct{ Name, Text string }
+
+// Step is one intermediate value.
+type Step struct {
+	Step  int64
+	Value float64
+}
+
+// Options describe one run of an objective.
+type Options struct {
+	Argv       []string // program and arguments; {name} placeholders are substituted
+	Params     []Param
+	ParamsJSON []byte
+	Vars       map[string]string // study, trial, attempt, trial_dir: env SOMA_<UPPER> and {name}
+	Env        []string          // base environment (nil: os.Environ())
+	Dir        string            // working directory ("" = inherit)
+	Stdout     io.Writer         // the objective's stdout is copied here (may be nil)
+	Stderr     io.Writer         // and its stderr here (may be nil)
+	Timeout    time.Duration     // 0: none
+	// Grace is the time between the steps of stopping an objective:
+	// prune verdict, SIGTERM, SIGKILL. Zero means 10 s.
+	Grace time.Duration
+	// OnReport is called for each intermediate value, in order; it returns
+	// whether to prune. May be nil.
+	OnReport func(step int64, value float64) (prune bool)
+	// PythonPath, if set, is prepended to PYTHONPATH (where soma_report.py is).
+	PythonPath string
+}
+
+// StopKind says why a running objective is asked to stop from outside.
+type StopKind int
+
+const (
+	// StopSignal: soma-trial itself got a signal (Slurm's pre-timeout
+	// USR1, preemption, scancel, Ctrl-C); the same signal is forwarded.
+	StopSignal StopKind = iota + 1
+	// StopSuperseded: another process took over this attempt.
+	StopSuperseded
+)
+
+// Stop is a request to stop the objective.
+type Stop struct {
+	Kind   StopKind
+	Signal syscall.Signal // for StopSignal
+}
+
+// Outcome is how a run ended.
+type Outcome string
+
+const (
+	Done        Outcome = "done"
+	Failed      Outcome = "failed"
+	Pruned      Outcome = "pruned"
+	Interrupted Outcome = "interrupted"
+	Superseded  Outcome = "superseded"
+)
+
+// Result is what one run produced.
+type Result struct {
+	Outcome  Outcome
+	Score    float64 // Done: the final score; Pruned: the last value
+	HasScore bool
+	Curve    []Step
+	PrunedAt int64 // the step at which it was pruned
+	// Reason explains Failed (and says how other outcomes came about).
+	Reason     string
+	ExitCode   int // -1 if killed by a signal
+	StderrTail string
+	Duration   time.Duration
+	Argv       []string // after substitution
+}
+
+// ErrStart means the objective could not be started at all (not found,
+// not executable): every trial would fail the same way, so the caller
+// should stop rather than burn the budget.
+var ErrStart = errors.New("objective: cannot start")
+
+var placeholder = regexp.MustCompile(`\{([A-Za-z_][A-Za-z0-9_.\-]*)\}`)
+
+// Substitute replaces {name} in each argument by the parameter's text or
+// one of vars. An unknown {name} is an error naming it and what exists.
+func Substitute(argv []string, params []Param, vars map[string]string) ([]string, error) {
+	lookup := make(map[string]string, len(params)+len(vars))
+	var known []string
+	for k, v := range vars {
+		lookup[k] = v
+	}
+	for _, p := range params {
+		lookup[p.Name] = p.Text
+		known = append(known, p.Name)
+	}
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		var bad string
+		out[i] = placeholder.ReplaceAllStringFunc(a, func(m string) string {
+			name := m[1 : len(m)-1]
+			if v, ok := lookup[name]; ok {
+				return v
+			}
+			bad = name
+			return m
+		})
+		if bad != "" {
+			return nil, fmt.Errorf("objective: argument %q: {%s} is not a parameter (parameters: %s; also {study} {trial} {attempt} {trial_dir})", a, bad, strings.Join(known, ", "))
+		}
+	}
+	return out, nil
+}
+
+// EnvName is the SOMA_PARAM_<NAME> variable for a knob.
+func EnvName(knob string) string {
+	b := []byte(strings.ToUpper(knob))
+	for i, c := range b {
+		if !('A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+			b[i] = '_'
+		}
+	}
+	return "SOMA_PARAM_" + string(b)
+}
+
+// Run runs the objective to its end and says how it ended. It returns an
+// error only if the objective could not be started (wrapping ErrStart) or
+// the pipes could not be made; everything the objective does wrong is a
+// Failed result. ctx cancellation stops the objective like StopSignal
+// with SIGTERM.
+func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
+	start := time.Now()
+	if o.Grace <= 0 {
+		o.Grace = 10 * time.Second
+	}
+	argv, err := Substitute(o.Argv, o.Params, o.Vars)
+	if err != nil {
+		return Result{}, err
+	}
+	if len(argv) == 0 {
+		return Result{}, fmt.Errorf("%w: no command given", ErrStart)
+	}
+	repR, repW, err := os.Pipe()
+	if err != nil {
+		return Result{}, fmt.Errorf("objective: pipe: %w", err)
+	}
+	ctlR, ctlW, err := os.Pipe()
+	if err != nil {
+		repR.Close()
+		repW.Close()
+		return Result{}, fmt.Errorf("objective: pipe: %w", err)
+	}
+	defer repR.Close()
+	defer ctlW.Close()
+
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = o.Dir
+	cmd.Env = buildEnv(o)
+	cmd.ExtraFiles = []*os.File{repW, ctlR} // fd 3, fd 4
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	last := &lastLine{}
+	tail := &tailBuffer{max: 4096}
+	cmd.Stdout = multi(o.Stdout, last)
+	cmd.Stderr = multi(o.Stderr, tail)
+	if err := cmd.Start(); err != nil {
+		repW.Close()
+		ctlR.Close()
+		return Result{}, fmt.Errorf("%w: %s: %v", ErrStart, argv[0], err)
+	}
+	repW.Close()
+	ctlR.Close()
+
+	res := Result{Argv: argv, ExitCode: -1}
+	var mu sync.Mutex // guards res.Curve, final, protoErr
+	var final *float64
+	var protoErr string
+	pruneAt := make(chan int64, 1)
+	verdicts := make(chan string, 1)
+	var readers sync.WaitGroup
+	readers.Go(func() { // verdict writer: never blocks the reader
+		for v := range verdicts {
+			// An objective that never reads fd 4 must not stall the
+			// reports once the pipe's buffer is full: drop the verdict.
+			_ = ctlW.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+			_, _ = io.WriteString(ctlW, v+"\n")
+		}
+	})
+	readers.Go(func() {
+		defer close(verdicts)
+		sc := bufio.NewScanner(repR)
+		sc.Buffer(make([]byte, 4096), 1<<20)
+		pruned := false
+		for sc.Scan() {
+			kind, step, val, err := parseLine(sc.Text())
+			mu.Lock()
+			switch {
+			case err != nil:
+				if protoErr == "" {
+					protoErr = err.Error()
+				}
+			case kind == "final":
+				v := val
+				final = &v
+			case kind == "report":
+				res.Curve = append(res.Curve, Step{step, val})
+			}
+			mu.Unlock()
+			if err != nil || kind != "report" {
+				continue
+			}
+			prune := false
+			if o.OnReport != nil && !pruned {
+				prune = o.OnReport(step, val)
+			}
+			if prune {
+				pruned = true
+				pruneAt <- step
+				verdicts <- "prune"
+			} else {
+				verdicts <- "continue"
+			}
+		}
+	})
+
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- cmd.Wait() }()
+
+	var timeout <-chan time.Time
+	if o.Timeout > 0 {
+		t := time.NewTimer(o.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	pgid := cmd.Process.Pid
+	signal := func(sig syscall.Signal) { _ = syscall.Kill(-pgid, sig) }
+	var why Outcome
+	var reason string
+	var werr error
+	// escalate asks the objective to stop: first (already done by the
+	// caller), then SIGTERM after a grace, then SIGKILL after another.
+	escalate := func(first syscall.Signal) error {
+		if first != 0 {
+			signal(first)
+		} else {
+			select {
+			case err := <-waitErr:
+				return err
+			case <-time.After(o.Grace):
+			}
+			signal(syscall.SIGTERM)
+		}
+		select {
+		case err := <-waitErr:
+			return err
+		case <-time.After(o.Grace):
+		}
+		signal(syscall.SIGKILL)
+		return <-waitErr
+	}
+	ctxDone := ctx.Done()
+	select {
+	case werr = <-waitErr:
+	case step := <-pruneAt:
+		why, res.PrunedAt = Pruned, step
+		reason = fmt.Sprintf("pruned at step %d", step)
+		werr = escalate(0)
+	case <-timeout:
+		why, reason = Failed, fmt.Sprintf("timeout after %s", o.Timeout)
+		werr = escalate(syscall.SIGTERM)
+	case s := <-stop:
+		if s.Kind == StopSuperseded {
+			why, reason = Superseded, "superseded by a newer attempt"
+			werr = escalate(syscall.SIGTERM)
+		} else {
+			why, reason = Interrupted, fmt.Sprintf("interrupted by %s", s.Signal)
+			werr = escalate(s.Signal)
+		}
+	case <-ctxDone:
+		why, reason = Interrupted, "interrupted: "+context.Cause(ctx).Error()
+		werr = escalate(syscall.SIGTERM)
+	}
+	// Grandchildren may keep fd 3 open; do not wait for them forever.
+	_ = repR.SetReadDeadline(time.Now().Add(2 * time.Second))
+	readers.Wait()
+	res.Duration = time.Since(start)
+	res.StderrTail = tail.String()
+	var ee *exec.ExitError
+	switch {
+	case werr == nil:
+		res.ExitCode = 0
+	case errors.As(werr, &ee):
+		res.ExitCode = ee.ExitCode()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if why != "" {
+		res.Outcome, res.Reason = why, reason
+		if why == Pruned && len(res.Curve) > 0 {
+			res.Score, res.HasScore = res.Curve[len(res.Curve)-1].Value, true
+		}
+		return res, nil
+	}
+	res.Outcome = Failed
+	switch {
+	case res.ExitCode != 0:
+		res.Reason = exitReason(werr)
+	case protoErr != "":
+		res.Reason = "bad report line: " + protoErr
+	case final != nil:
+		res.Score, res.HasScore = *final, true
+	default:
+		l := strings.TrimSpace(last.String())
+		if l == "" {
+			res.Reason = "no score: nothing on fd $SOMA_REPORT_FD and stdout is empty (print the score as the last line, or use final())"
+			return res, nil
+		}
+		v, err := strconv.ParseFloat(l, 64)
+		if err != nil {
+			res.Reason = fmt.Sprintf("no score: the last line of stdout is %q, not a number", truncate(l, 80))
+			return res, nil
+		}
+		res.Score, res.HasScore = v, true
+	}
+	if res.Reason != "" {
+		return res, nil
+	}
+	if math.IsNaN(res.Score) || math.IsInf(res.Score, 0) {
+		res.Reason = fmt.Sprintf("score is %v", res.Score)
+		res.HasScore = false
+		return res, nil
+	}
+	res.Outcome = Done
+	return res, nil
+}
+
+func exitReason(err error) string {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return "killed by " + ws.Signal().String()
+		}
+		return fmt.Sprintf("exit status %d", ee.ExitCode())
+	}
+	return err.Error()
+}
+
+// parseLine reads one line of the report protocol.
+func parseLine(s string) (kind string, step int64, val float64, err error) {
+	f := strings.Fields(s)
+	switch {
+	case len(f) == 3 && f[0] == "report":
+		step, err = strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return "", 0, 0, fmt.Errorf("%q: step is not an integer", truncate(s, 80))
+		}
+		val, err = strconv.ParseFloat(f[2], 64)
+		if err != nil {
+			return "", 0, 0, fmt.Errorf("%q: value is not a number", truncate(s, 80))
+		}
+		return "report", step, val, nil
+	case len(f) == 2 && f[0] == "final":
+		val, err = strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			return "", 0, 0, fmt.Errorf("%q: score is not a number", truncate(s, 80))
+		}
+		return "final", 0, val, nil
+	case len(f) == 0:
+		return "", 0, 0, nil
+	}
+	return "", 0, 0, fmt.Errorf("%q: want \"report <step> <value>\" or \"final <score>\"", truncate(s, 80))
+}
+
+func buildEnv(o Options) []string {
+	env := o.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	env = append([]string(nil), env...)
+	env = append(env, "SOMA_PARAMS="+string(o.ParamsJSON), "SOMA_REPORT_FD=3", "SOMA_CONTROL_FD=4")
+	for _, p := range o.Params {
+		env = append(env, EnvName(p.Name)+"="+p.Text)
+	}
+	for k, v := range o.Vars {
+		env = append(env, "SOMA_"+strings.ToUpper(k)+"="+v)
+	}
+	if o.PythonPath != "" {
+		pp := o.PythonPath
+		for _, e := range env {
+			if old, ok := strings.CutPrefix(e, "PYTHONPATH="); ok && old != "" {
+				pp += ":" + old
+			}
+		}
+		env = append(env, "PYTHONPATH="+pp)
+	}
+	return env
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+func multi(w io.Writer, extra io.Writer) io.Writer {
+	if w == nil {
+		return extra
+	}
+	return io.MultiWriter(w, extra)
+}
+
+// lastLine remembers the last non-empty line written to it.
+type lastLine struct {
+	mu      sync.Mutex
+	last    []byte
+	partial []byte
+}
+
+func (l *lastLine) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.partial = append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			break
+		}
+		if ln := bytes.TrimSpace(l.partial[:i]); len(ln) > 0 {
+			l.last = append(l.last[:0], ln...)
+		}
+		l.partial = l.partial[i+1:]
+	}
+	if len(l.partial) > 4096 { // a huge line without newline: keep its end
+		l.partial = l.partial[len(l.partial)-4096:]
+	}
+	return len(p), nil
+}
+
+func (l *lastLine) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ln := bytes.TrimSpace(l.partial); len(ln) > 0 {
+		return string(ln)
+	}
+	return string(l.last)
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}

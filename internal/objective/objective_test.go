@@ -1,0 +1,177 @@
+package objective
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/soma-hpc/soma/internal/testutil"
+)
+
+// py writes a Python objective (standard library only) next to the helper.
+func py(t *testing.T, body string) []string {
+	t.Helper()
+	testutil.NeedPython(t, "json")
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "soma_report.py"), Helper, 0o644)
+	p := filepath.Join(dir, "obj.py")
+	os.WriteFile(p, []byte("import os, sys, time, signal\nsys.path.insert(0, os.path.dirname(__file__))\nfrom soma_report import report, final, params\n"+body), 0o644)
+	return []string{testutil.Python(), p}
+}
+
+func run(t *testing.T, o Options, stop <-chan Stop) Result {
+	t.Helper()
+	if o.Grace == 0 {
+		o.Grace = 300 * time.Millisecond
+	}
+	r, err := Run(context.Background(), o, stop)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return r
+}
+
+func TestProtocol(t *testing.T) {
+	tests := []struct {
+		name      string
+		body      string
+		outcome   Outcome
+		score     float64
+		reasonHas string
+		curve     int
+	}{
+		{"fd reporting", "for i in range(3):\n  report(i, i*0.5)\nfinal(0.25)\n", Done, 0.25, "", 3},
+		{"last line of stdout", "print('training...')\nprint('  0.75  ')\n", Done, 0.75, "", 0},
+		{"final wins over stdout", "print(3.0)\nfinal(2.0)\n", Done, 2.0, "", 0},
+		{"NaN score", "final(float('nan'))\n", Failed, 0, "NaN", 0},
+		{"NaN on stdout", "print('nan')\n", Failed, 0, "NaN", 0},
+		{"garbage last line", "print('accuracy: 0.9')\n", Failed, 0, "not a number", 0},
+		{"no output", "pass\n", Failed, 0, "no score", 0},
+		{"non-zero exit", "sys.stderr.write('CUDA out of memory\\n')\nfinal(1.0)\nsys.exit(3)\n", Failed, 0, "exit status 3", 0},
+		{"crash", "raise ValueError('bad lr')\n", Failed, 0, "exit status 1", 0},
+		{"garbage on the report fd", "os.write(3, b'hello\\n')\nfinal(1.0)\n", Failed, 0, "bad report line", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, Options{Argv: py(t, tc.body)}, nil)
+			if r.Outcome != tc.outcome {
+				t.Fatalf("outcome = %s (%s), want %s", r.Outcome, r.Reason, tc.outcome)
+			}
+			if tc.outcome == Done && (r.Score != tc.score || !r.HasScore) {
+				t.Errorf("score = %v, want %v", r.Score, tc.score)
+			}
+			if !strings.Contains(r.Reason, tc.reasonHas) {
+				t.Errorf("reason = %q, want it to mention %q", r.Reason, tc.reasonHas)
+			}
+			if len(r.Curve) != tc.curve {
+				t.Errorf("curve = %v, want %d steps", r.Curve, tc.curve)
+			}
+		})
+	}
+	t.Run("stderr tail kept", func(t *testing.T) {
+		r := run(t, Options{Argv: py(t, "raise ValueError('bad lr 0.3')\n")}, nil)
+		if !strings.Contains(r.StderrTail, "ValueError: bad lr 0.3") {
+			t.Errorf("stderr tail = %q", r.StderrTail)
+		}
+	})
+}
+
+func TestPointDelivery(t *testing.T) {
+	argv := append(py(t, `
+import json
+p = params()
+assert p == {"lr": 0.001, "opt": "adam"}, p
+assert os.environ["SOMA_PARAM_LR"] == "0.001"
+assert os.environ["SOMA_PARAM_BATCH_SIZE"] == "64"
+assert os.environ["SOMA_TRIAL"] == "7"
+assert sys.argv[1:] == ["--lr", "0.001", "--opt=adam", "7"], sys.argv
+final(1)
+`), "--lr", "{lr}", "--opt={opt}", "{trial}")
+	r := run(t, Options{
+		Argv:       argv,
+		Params:     []Param{{"lr", "0.001"}, {"opt", "adam"}, {"batch-size", "64"}},
+		ParamsJSON: []byte(`{"lr":0.001,"opt":"adam"}`),
+		Vars:       map[string]string{"trial": "7"},
+	}, nil)
+	if r.Outcome != Done {
+		t.Fatalf("outcome %s: %s\n%s", r.Outcome, r.Reason, r.StderrTail)
+	}
+	if _, err := Substitute([]string{"--x={nope}"}, []Param{{"lr", "1"}}, nil); err == nil || !strings.Contains(err.Error(), "{nope}") {
+		t.Errorf("Substitute(unknown) = %v, want an error naming {nope}", err)
+	}
+}
+
+func TestPruneStopsEarly(t *testing.T) {
+	t.Run("cooperative objective stops at the verdict", func(t *testing.T) {
+		body := "for i in range(100):\n  if report(i, 1.0/(i+1)):\n    print('stopping at', i); sys.exit(0)\nfinal(0)\n"
+		r := run(t, Options{Argv: py(t, body), OnReport: func(step int64, v float64) bool { return step >= 4 }}, nil)
+		if r.Outcome != Pruned || r.PrunedAt != 4 || len(r.Curve) != 5 {
+			t.Fatalf("outcome %s at %d with %d steps, want pruned at step 4 with 5 steps", r.Outcome, r.PrunedAt, len(r.Curve))
+		}
+		if r.Score != 0.2 {
+			t.Errorf("pruned score = %v, want the last value 0.2", r.Score)
+		}
+	})
+	t.Run("objective ignoring the verdict and SIGTERM is killed", func(t *testing.T) {
+		body := "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nfor i in range(10**9):\n  os.write(3, b'report %d 1.0\\n' % i)\n  time.sleep(0.01)\n"
+		r := run(t, Options{Argv: py(t, body), Grace: 200 * time.Millisecond, OnReport: func(step int64, v float64) bool { return step == 2 }}, nil)
+		if r.Outcome != Pruned || r.PrunedAt != 2 {
+			t.Fatalf("outcome %s at %d, want pruned at 2", r.Outcome, r.PrunedAt)
+		}
+		if r.ExitCode != -1 {
+			t.Errorf("exit code %d, want killed (-1)", r.ExitCode)
+		}
+	})
+}
+
+func TestTimeoutAndSignals(t *testing.T) {
+	t.Run("hung objective hits the timeout", func(t *testing.T) {
+		r := run(t, Options{Argv: py(t, "time.sleep(3600)\n"), Timeout: 300 * time.Millisecond}, nil)
+		if r.Outcome != Failed || !strings.Contains(r.Reason, "timeout") {
+			t.Errorf("outcome %s (%s), want failed by timeout", r.Outcome, r.Reason)
+		}
+	})
+	t.Run("objective ignoring SIGTERM is killed after the grace", func(t *testing.T) {
+		r := run(t, Options{Argv: py(t, "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(3600)\n"),
+			Timeout: 300 * time.Millisecond, Grace: 200 * time.Millisecond}, nil)
+		if r.Outcome != Failed || r.ExitCode != -1 {
+			t.Errorf("outcome %s exit %d, want failed and killed", r.Outcome, r.ExitCode)
+		}
+	})
+	t.Run("USR1 is forwarded and the run is interrupted", func(t *testing.T) {
+		mark := filepath.Join(t.TempDir(), "got")
+		body := "def h(s, f):\n  open(" + pyStr(mark) + ", 'w').write(str(s)); sys.exit(0)\nsignal.signal(signal.SIGUSR1, h)\nreport(0, 1.0)\ntime.sleep(3600)\n"
+		stop := make(chan Stop, 1)
+		r := run(t, Options{Argv: py(t, body), OnReport: func(int64, float64) bool {
+			stop <- Stop{Kind: StopSignal, Signal: syscall.SIGUSR1}
+			return false
+		}}, stop)
+		if r.Outcome != Interrupted {
+			t.Fatalf("outcome %s, want interrupted", r.Outcome)
+		}
+		got, _ := os.ReadFile(mark)
+		if string(got) != "10" {
+			t.Errorf("objective saw signal %q, want 10 (SIGUSR1)", got)
+		}
+	})
+	t.Run("superseded", func(t *testing.T) {
+		stop := make(chan Stop, 1)
+		stop <- Stop{Kind: StopSuperseded}
+		r := run(t, Options{Argv: py(t, "time.sleep(3600)\n")}, stop)
+		if r.Outcome != Superseded {
+			t.Errorf("outcome %s, want superseded", r.Outcome)
+		}
+	})
+	t.Run("missing program is a start error", func(t *testing.T) {
+		_, err := Run(context.Background(), Options{Argv: []string{"/nonexistent/train"}}, nil)
+		if err == nil || !strings.Contains(err.Error(), "cannot start") {
+			t.Errorf("Run(missing) = %v, want ErrStart", err)
+		}
+	})
+}
+
+func pyStr(s string) string { return "'" + strings.ReplaceAll(s, "'", "\\'") + "'" }
