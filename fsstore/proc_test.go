@@ -48,7 +48,7 @@ func child(t *testing.T, role string, env ...string) *exec.Cmd {
 // prints the ones it won.
 func childClaim() int {
 	ctx := context.Background()
-	s, err := Open(os.Getenv("ROOT"), Options{})
+	s, err := Open(os.Getenv("ROOT"), Options{Create: os.Getenv("CREATE") == "1"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -212,4 +212,23 @@ func checkRecord(t *testing.T, ctx context.Context, s *Store) int {
 		t.Errorf("blob has %d bytes, record says %s", len(data), b.Meta.Value("len"))
 	}
 	return 1
+}
+
+// Several processes creating one store at once all succeed (regression:
+// the losers used to refuse the half-made store as "not a store").
+func TestConcurrentCreate(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "new")
+	var cmds []*exec.Cmd
+	for range 6 {
+		c := child(t, "claim", "ROOT="+root, "M=5", "CREATE=1")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, c)
+	}
+	for i, c := range cmds {
+		if err := c.Wait(); err != nil {
+			t.Errorf("creator %d: %v", i, err)
+		}
+	}
 }

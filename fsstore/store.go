@@ -97,15 +97,31 @@ func Open(root string, opts Options) (*Store, error) {
 		}
 	case err != nil:
 		return nil, fmt.Errorf("fsstore: open %s: %w", abs, err)
-	case len(entries) > 0:
+	case len(entries) > 0 && !onlyStoreFolders(entries):
 		return nil, fmt.Errorf("%w: %s is not empty and has no %s; point soma at an empty or new folder", ErrNotStore, abs, markerName)
 	case !opts.Create:
-		return nil, fmt.Errorf("%w: %s is empty (create a store there with 'soma init')", ErrNotStore, abs)
+		return nil, fmt.Errorf("%w: %s has no %s (create a store there with 'soma init')", ErrNotStore, abs, markerName)
 	}
 	if err := s.create(); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// onlyStoreFolders reports whether a folder without a marker holds only
+// what create makes before it links the marker: another process is
+// creating the store right now. (Bug found by 4 soma-trial processes
+// starting together: all but one refused the half-made store as "not a
+// store".)
+func onlyStoreFolders(entries []fs.DirEntry) bool {
+	for _, e := range entries {
+		switch e.Name() {
+		case "tmp", "names", "blobs":
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Store) checkMarker(b []byte) error {
