@@ -8,12 +8,21 @@ TESTFLAGS ?= -race -count=1 -timeout 20m -p 2
 
 export SOMA_PYTHON ?= $(PYTHON)
 
-.PHONY: all build test deps fmt-check vet lint race bench clean
+.PHONY: all build demo test deps fmt-check vet lint race bench clean
 
 all: build
 
 build:
 	$(GO) build -o bin/ ./cmd/...
+
+# The main job on a laptop: a local study folder, no Slurm, no daemon.
+# Runs examples/quadratic with 2 objectives at once, then shows the study.
+# Run it again and it joins the finished study; rm -rf demo-root to start over.
+demo: build
+	@[ -x $(PYTHON) ] || { echo "demo: installing python3 (Debian)"; apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3 >/dev/null; }
+	bin/soma-trial --root demo-root --study quadratic --spec examples/quadratic/spec.toml --parallel 2 -- \
+		$(PYTHON) examples/quadratic/objective.py --x {x} --y {y} --noise {noise}
+	@if [ -x bin/soma ]; then bin/soma status demo-root; fi
 
 # Everything: install what the tests need (Debian packages, a local Slurm),
 # then format check, vet, staticcheck, and the race-enabled tests with every

@@ -199,7 +199,11 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	cmd.Dir = o.Dir
 	cmd.Env = buildEnv(o)
 	cmd.ExtraFiles = []*os.File{repW, ctlR} // fd 3, fd 4
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Own process group, so signals reach the objective's children too;
+	// Pdeathsig, so an objective never outlives a soma-trial killed with
+	// SIGKILL (its attempt goes stale and is retried elsewhere: a survivor
+	// would run the same trial twice).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	last := &lastLine{}
 	tail := &tailBuffer{max: 4096}
 	cmd.Stdout = multi(o.Stdout, last)

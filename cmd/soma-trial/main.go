@@ -1,0 +1,218 @@
+// Command soma-trial joins a study in a folder and runs trials of it: the
+// command every Slurm array task and every laptop runs.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/objective"
+	"github.com/soma-hpc/soma/internal/trialrun"
+	"github.com/soma-hpc/soma/slurm"
+	"github.com/soma-hpc/soma/study"
+)
+
+// Exit statuses (documented in --help and the README).
+const (
+	exitOK          = 0 // the budget is reached, or the asked share is done
+	exitError       = 1 // an error: the store, the spec, an objective that cannot start
+	exitUsage       = 2 // bad flags or spec
+	exitInterrupted = 3 // a signal stopped it; the running attempts will be retried
+)
+
+func main() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) }
+
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+const description = `soma-trial runs trials of a study that lives in a folder (--root). The
+first process creates the study from --spec or --param flags; every later
+one, on any machine, must present the same spec (or none, to join). Each
+trial is claimed with an atomic link(2), so no trial runs twice, and the
+objective is run once per trial with the point in its arguments and
+environment.
+
+THE OBJECTIVE gets the point as {name} substitutions in its arguments, as
+SOMA_PARAMS (JSON) and SOMA_PARAM_<NAME>, plus SOMA_STUDY, SOMA_TRIAL,
+SOMA_ATTEMPT and SOMA_TRIAL_DIR (a folder kept across retries, for
+checkpoints). It reports on file descriptor 3 ($SOMA_REPORT_FD), one line
+each:
+    report <step> <value>      an intermediate value (the pruner judges it)
+    final <score>              the final score
+and after each report reads "continue" or "prune" on fd 4
+($SOMA_CONTROL_FD). Python: "from soma_report import report, final"
+works as is (soma-trial puts the helper on PYTHONPATH). A program that
+does none of this just prints its score as the last line of stdout.
+A non-zero exit, no score, or NaN fails the trial (stderr's tail is kept).
+
+EXIT STATUS: 0 budget reached or share done; 1 error; 2 bad usage;
+3 interrupted by a signal (SIGTERM, SIGINT, SIGUSR1 — Slurm's pre-timeout
+warning): the running attempts are recorded interrupted and retried by
+whoever comes next.`
+
+func newApp(stdout, stderr io.Writer, sig <-chan os.Signal) *cli.App {
+	return &cli.App{
+		Name:      "soma-trial",
+		Usage:     "run trials of a study that lives in a folder",
+		UsageText: "soma-trial --root DIR --study NAME [--spec FILE | --param ...] [options] -- COMMAND [ARGS with {name}...]",
+		Description: description + `
+
+EXAMPLES:
+    # on a laptop: 2 objectives at once, until the budget is reached
+    soma-trial --root ./soma --study quad --spec examples/quadratic/spec.toml --parallel 2 -- \
+        python3 examples/quadratic/objective.py --x {x} --y {y}
+
+    # in an sbatch --array job script: the same line on every task
+    soma-trial --root /scratch/$USER/soma --study spam --spec spam.toml -- python train.py --lr {lr}
+
+    # flags instead of a spec file
+    soma-trial --root ./soma --study s --direction minimize --budget 20 \
+        --param lr=float:1e-5:1e-1:log --param opt=choice:adam,sgd -- ./train.sh {lr} {opt}`,
+		Writer:          stdout,
+		ErrWriter:       stderr,
+		HideHelpCommand: true,
+		ExitErrHandler:  func(*cli.Context, error) {},
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			return usageError{err}
+		},
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "root", Usage: "the study folder (created if missing)", EnvVars: []string{"SOMA_ROOT"}, Required: true},
+			&cli.StringFlag{Name: "study", Usage: "the study's name (letters, digits, -_.)", Required: true},
+			&cli.StringFlag{Name: "spec", Usage: "a TOML study spec (space, direction, sampler, pruner, budget)"},
+			&cli.StringSliceFlag{Name: "param", Usage: "a knob, instead of --spec: name=float:LOW:HIGH[:log], int:LOW:HIGH[:log], choice:A,B, fixed:V"},
+			&cli.StringFlag{Name: "direction", Usage: "with --param: minimize or maximize"},
+			&cli.StringFlag{Name: "sampler", Usage: "with --param: tpe (default), random, sobol, grid; options as tpe:startup=20"},
+			&cli.StringFlag{Name: "pruner", Usage: "with --param: none (default), median, percentile, asha; options as median:warmup=5"},
+			&cli.IntFlag{Name: "budget", Usage: "with --param: number of trials"},
+			&cli.Uint64Flag{Name: "seed", Usage: "with --param: the study's seed"},
+			&cli.IntFlag{Name: "trial", Value: -1, Usage: "run exactly this trial number and exit (one trial per array task)"},
+			&cli.IntFlag{Name: "max-trials", Usage: "run at most this many trials in this process (0: no cap)"},
+			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "objectives to run at once in this process"},
+			&cli.DurationFlag{Name: "timeout", Usage: "fail a trial that runs longer than this (0: no limit)"},
+			&cli.DurationFlag{Name: "kill-grace", Value: 10 * time.Second, Usage: "time between prune verdict, SIGTERM and SIGKILL"},
+			&cli.DurationFlag{Name: "lease", Value: study.DefaultGrace, Usage: "a running trial with no heartbeat for this long is stale and retried (all processes of a study should agree)"},
+			&cli.BoolFlag{Name: "no-wait", Usage: "exit when every remaining trial runs elsewhere, instead of waiting to retry the ones that go stale"},
+			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log trial starts and every report"},
+		},
+		Action: func(c *cli.Context) error { return action(c, sig) },
+	}
+}
+
+func action(c *cli.Context, sig <-chan os.Signal) error {
+	argv := c.Args().Slice()
+	if len(argv) == 0 {
+		return usageError{errors.New("no objective command: put it after --, e.g. -- python3 train.py --lr {lr}")}
+	}
+	spec, err := specFromFlags(c)
+	if err != nil {
+		return usageError{err}
+	}
+	ctx := c.Context
+	store, err := fsstore.Open(c.String("root"), fsstore.Options{Create: true})
+	if err != nil {
+		return err
+	}
+	st, err := study.Open(ctx, store, c.String("study"), spec, study.Options{Grace: c.Duration("lease")})
+	if err != nil {
+		return err
+	}
+	helperDir, err := os.MkdirTemp("", "soma-trial-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(helperDir)
+	if err := os.WriteFile(filepath.Join(helperDir, "soma_report.py"), objective.Helper, 0o644); err != nil {
+		return err
+	}
+	job, inJob, err := slurm.FromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(c.App.ErrWriter, "soma-trial: warning: ignoring the Slurm environment: %v\n", err)
+		inJob = false
+	}
+	who := study.Me("")
+	if inJob {
+		who.Job = job.Ref().String()
+		if job.Node != "" {
+			who.Host = job.Node
+		}
+	}
+	sum, err := trialrun.Run(ctx, st, store.Root(), trialrun.Options{
+		Argv:       argv,
+		Trial:      c.Int("trial"),
+		MaxTrials:  c.Int("max-trials"),
+		Parallel:   c.Int("parallel"),
+		Timeout:    c.Duration("timeout"),
+		KillGrace:  c.Duration("kill-grace"),
+		NoWait:     c.Bool("no-wait"),
+		Who:        who,
+		Log:        c.App.ErrWriter,
+		Verbose:    c.Bool("verbose"),
+		PythonPath: helperDir,
+	}, sig)
+	if err == nil {
+		fmt.Fprintf(c.App.ErrWriter, "soma-trial: %s: ran %d trials %v; stopped: %s\n", st.Name(), sum.Ran, sum.States, sum.Stopped)
+	}
+	return err
+}
+
+func specFromFlags(c *cli.Context) (*study.Spec, error) {
+	file, params := c.String("spec"), c.StringSlice("param")
+	switch {
+	case file != "" && len(params) > 0:
+		return nil, errors.New("give --spec or --param, not both")
+	case file != "":
+		for _, f := range []string{"direction", "sampler", "pruner", "budget", "seed"} {
+			if c.IsSet(f) {
+				return nil, fmt.Errorf("--%s goes with --param; with --spec, set it in %s", f, file)
+			}
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, err
+		}
+		s, err := study.ParseSpec(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		return s, nil
+	case len(params) > 0:
+		return study.SpecFromFlags(params, c.String("direction"), c.String("sampler"), c.String("pruner"), c.Int("budget"), c.Uint64("seed"))
+	}
+	return nil, nil // join the existing study
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	ctx := context.Background()
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
+	defer signal.Stop(sig)
+	err := newApp(stdout, stderr, sig).RunContext(ctx, args)
+	var ue usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, trialrun.ErrInterrupted):
+		fmt.Fprintf(stderr, "soma-trial: %v; the running attempts are recorded interrupted and will be retried\n", err)
+		return exitInterrupted
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "soma-trial: %v (see soma-trial --help)\n", err)
+		return exitUsage
+	case errors.Is(err, study.ErrSpecMismatch):
+		fmt.Fprintf(stderr, "soma-trial: %v\n", err)
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "soma-trial: %v\n", err)
+		return exitError
+	}
+}

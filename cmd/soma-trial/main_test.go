@@ -1,0 +1,279 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/testutil"
+	"github.com/soma-hpc/soma/study"
+)
+
+var bin string // the soma-trial binary, built once
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "soma-trial-test-")
+	if err != nil {
+		panic(err)
+	}
+	bin = filepath.Join(dir, "soma-trial")
+	out, err := exec.Command("go", "build", "-race", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build soma-trial: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type env struct {
+	root, marks, obj string
+}
+
+func newEnv(t *testing.T) env {
+	t.Helper()
+	testutil.NeedPython(t, "json")
+	d := t.TempDir()
+	e := env{root: filepath.Join(d, "root"), marks: filepath.Join(d, "marks")}
+	os.Mkdir(e.marks, 0o777)
+	e.obj, _ = filepath.Abs("testdata/obj.py")
+	return e
+}
+
+// cmd builds a soma-trial command over the test study.
+func (e env) cmd(extraEnv []string, flags ...string) *exec.Cmd {
+	args := append([]string{"--root", e.root, "--study", "s"}, flags...)
+	args = append(args, "--", testutil.Python(), e.obj, "{x}", "{y}")
+	c := exec.Command(bin, args...)
+	c.Env = append(os.Environ(), append([]string{"MARKS=" + e.marks}, extraEnv...)...)
+	return c
+}
+
+var specFlags = []string{"--param", "x=float:-3:3", "--param", "y=float:-3:3", "--direction", "minimize", "--sampler", "random", "--seed", "11"}
+
+func budget(n int) []string {
+	return append(append([]string{}, specFlags...), "--budget", strconv.Itoa(n))
+}
+
+func (e env) open(t *testing.T) *study.Study {
+	t.Helper()
+	s, err := fsstore.Open(e.root, fsstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := study.Open(context.Background(), s, "s", nil, study.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// done returns, per trial, how many runs of it finished (".done" marks).
+func (e env) done(t *testing.T) map[int]int {
+	t.Helper()
+	out := map[int]int{}
+	ms, _ := filepath.Glob(filepath.Join(e.marks, "*.done"))
+	for _, m := range ms {
+		n, _ := strconv.Atoi(strings.Split(filepath.Base(m), ".")[0])
+		out[n]++
+	}
+	return out
+}
+
+func TestFourProcessesRunTheBudgetOnce(t *testing.T) {
+	e := newEnv(t)
+	const n = 16
+	var cmds []*exec.Cmd
+	var logs []*bytes.Buffer
+	for range 4 {
+		c := e.cmd(nil, budget(n)...)
+		var b bytes.Buffer
+		c.Stderr = &b
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, c)
+		logs = append(logs, &b)
+	}
+	for i, c := range cmds {
+		if err := c.Wait(); err != nil {
+			t.Fatalf("process %d: %v\n%s", i, err, logs[i])
+		}
+	}
+	done := e.done(t)
+	for i := range n {
+		if done[i] != 1 {
+			t.Errorf("trial %d finished %d times, want exactly once", i, done[i])
+		}
+	}
+	if len(done) != n {
+		t.Errorf("%d trials finished, want %d", len(done), n)
+	}
+	st := e.open(t)
+	snap, err := st.Trials(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := snap.Counts(); c[study.StateDone] != n {
+		t.Errorf("records: %v, want %d done", c, n)
+	}
+	best, err := snap.Best()
+	if err != nil {
+		t.Fatal(err)
+	}
+	min := math.Inf(1)
+	for _, r := range snap.Finished() {
+		min = math.Min(min, r.Score)
+	}
+	if best.Score != min {
+		t.Errorf("best score %v, want the minimum %v", best.Score, min)
+	}
+	// The record's score is what the objective computed for that point.
+	ms, _ := filepath.Glob(filepath.Join(e.marks, "*.done"))
+	for _, m := range ms {
+		b, _ := os.ReadFile(m)
+		v, _ := strconv.ParseFloat(string(b), 64)
+		num, _ := strconv.Atoi(strings.Split(filepath.Base(m), ".")[0])
+		r, _ := snap.Trial(num)
+		if r.Score != v {
+			t.Errorf("trial %d: record score %v, objective computed %v", num, r.Score, v)
+		}
+	}
+}
+
+func waitFile(t *testing.T, p string) {
+	t.Helper()
+	for i := 0; i < 600; i++ {
+		if _, err := os.Stat(p); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s never appeared", p)
+}
+
+func TestKill9MidTrialIsRetriedElsewhere(t *testing.T) {
+	e := newEnv(t)
+	const n = 4
+	flags := append(budget(n), "--lease", "1500ms")
+	slow := []string{"SLOW_TRIAL=0", "SLOW_SECONDS=30"}
+	a := e.cmd(slow, append(flags, "--trial", "0")...)
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(e.marks, "0.0.start"))
+	a.Process.Signal(syscall.SIGKILL)
+	a.Wait()
+
+	b := e.cmd(slow, flags...)
+	var log bytes.Buffer
+	b.Stderr = &log
+	if err := b.Run(); err != nil {
+		t.Fatalf("second process: %v\n%s", err, log.String())
+	}
+	done := e.done(t)
+	for i := range n {
+		if done[i] != 1 {
+			t.Errorf("trial %d finished %d times, want once\n%s", i, done[i], log.String())
+		}
+	}
+	st := e.open(t)
+	snap, _ := st.Trials(context.Background())
+	r, ok := snap.Trial(0)
+	if !ok || r.State != study.StateDone || r.Attempt != 1 {
+		t.Errorf("trial 0: %+v, want done by attempt 1 (the retry of the killed one)", r)
+	}
+	// The killed process's objective died with it (Pdeathsig).
+	pid, _ := os.ReadFile(filepath.Join(e.marks, "0.0.start"))
+	if p, _ := strconv.Atoi(string(pid)); p > 0 && syscall.Kill(p, 0) == nil {
+		t.Errorf("objective pid %d of the killed soma-trial is still alive", p)
+	}
+}
+
+func TestSIGUSR1InterruptsAndIsRetried(t *testing.T) {
+	e := newEnv(t)
+	flags := budget(2)
+	a := e.cmd([]string{"SLOW_TRIAL=0", "SLOW_SECONDS=30"}, append(flags, "--trial", "0", "--kill-grace", "1s")...)
+	var log bytes.Buffer
+	a.Stderr = &log
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(e.marks, "0.0.start"))
+	a.Process.Signal(syscall.SIGUSR1)
+	err := a.Wait()
+	if code := a.ProcessState.ExitCode(); code != exitInterrupted {
+		t.Fatalf("exit = %v (%d), want %d\n%s", err, code, exitInterrupted, log.String())
+	}
+	st := e.open(t)
+	snap, _ := st.Trials(context.Background())
+	if r, _ := snap.Trial(0); r.State != study.StateInterrupted {
+		t.Fatalf("trial 0 state %s, want interrupted", r.State)
+	}
+	b := e.cmd(nil, flags...)
+	b.Stderr = &log
+	if err := b.Run(); err != nil {
+		t.Fatalf("rerun: %v\n%s", err, log.String())
+	}
+	snap, _ = st.Trials(context.Background())
+	if r, _ := snap.Trial(0); r.State != study.StateDone || r.Attempt != 1 {
+		t.Errorf("trial 0 after rerun: %s attempt %d, want done at attempt 1", r.State, r.Attempt)
+	}
+	if d := e.done(t); d[0] != 1 || d[1] != 1 {
+		t.Errorf("finished runs %v, want each trial once", d)
+	}
+}
+
+func TestUsageAndSpecErrors(t *testing.T) {
+	e := newEnv(t)
+	tests := []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"no command", []string{"--root", e.root, "--study", "s", "--param", "x=float:0:1"}, exitUsage, "no objective command"},
+		{"spec and param", []string{"--root", e.root, "--study", "s", "--spec", "x.toml", "--param", "x=float:0:1", "--", "true"}, exitUsage, "not both"},
+		{"bad param", []string{"--root", e.root, "--study", "s", "--param", "x=float:1:0", "--", "true"}, exitUsage, "x"},
+		{"missing spec file", []string{"--root", e.root, "--study", "s", "--spec", "/nonexistent.toml", "--", "true"}, exitUsage, "nonexistent"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			c := exec.Command(bin, tc.args...)
+			c.Stderr = &out
+			c.Run()
+			if got := c.ProcessState.ExitCode(); got != tc.code || !strings.Contains(out.String(), tc.msg) {
+				t.Errorf("exit %d, stderr %q; want %d mentioning %q", got, out.String(), tc.code, tc.msg)
+			}
+		})
+	}
+	t.Run("changed spec is refused with a diff", func(t *testing.T) {
+		if out, err := e.cmd(nil, append(budget(1), "--no-wait")...).CombinedOutput(); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		c := e.cmd(nil, append(specFlags, "--budget", "5")...)
+		out, _ := c.CombinedOutput()
+		if c.ProcessState.ExitCode() != exitUsage || !strings.Contains(string(out), "budget") {
+			t.Errorf("exit %d, %s; want a refusal naming budget", c.ProcessState.ExitCode(), out)
+		}
+	})
+	t.Run("objective that cannot start stops the loop", func(t *testing.T) {
+		c := exec.Command(bin, "--root", e.root+"2", "--study", "s", "--param", "x=float:0:1", "--budget", "3", "--sampler", "random", "--", "/nonexistent/train")
+		out, _ := c.CombinedOutput()
+		if c.ProcessState.ExitCode() != exitError || !strings.Contains(string(out), "cannot start") {
+			t.Errorf("exit %d, %s; want 1 and 'cannot start'", c.ProcessState.ExitCode(), out)
+		}
+	})
+}

@@ -1,0 +1,419 @@
+// Package trialrun is soma-trial's loop: join a study, claim trials one
+// after another (or P at once), run the objective for each with package
+// objective, feed its reports to the study's pruner, heartbeat while it
+// runs, and record how it ended. cmd/soma-trial is its flags.
+package trialrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/objective"
+	"github.com/soma-hpc/soma/study"
+)
+
+// Options configure a run of the loop.
+type Options struct {
+	Argv []string // the objective command, with {name} placeholders
+	// Trial, if >= 0, runs exactly that trial number and stops.
+	Trial int
+	// MaxTrials caps how many trials this process runs (0: no cap).
+	MaxTrials int
+	// Parallel is how many objectives run at once in this process (>= 1).
+	Parallel int
+	// Timeout per trial (0: none); KillGrace between prune verdict,
+	// SIGTERM and SIGKILL (0: 10 s).
+	Timeout, KillGrace time.Duration
+	// NoWait: when nothing is claimable but trials run elsewhere, exit
+	// instead of waiting for them to end or go stale.
+	NoWait bool
+	Who    study.Who
+	// Log gets one line per trial; Verbose adds starts and reports.
+	Log     io.Writer
+	Verbose bool
+	// PythonPath holds soma_report.py; prepended to the objective's PYTHONPATH.
+	PythonPath string
+	// Env is the objective's base environment (nil: this process's).
+	Env []string
+}
+
+// Summary says what the loop did and why it stopped.
+type Summary struct {
+	Ran         int            `json:"ran"`
+	States      map[string]int `json:"states"`
+	Stopped     string         `json:"stopped"` // budget, trial, max-trials, no-work, interrupted, space-exhausted
+	Interrupted bool           `json:"interrupted"`
+}
+
+// ErrInterrupted is returned when a signal stopped the loop; the attempts
+// that were running are recorded interrupted and will be retried.
+var ErrInterrupted = errors.New("soma-trial: interrupted")
+
+// LogDir is where an attempt's stdout and stderr are kept:
+// <root>/logs/<study>/<trial>.<attempt>.out and .err.
+func LogDir(root, studyName string) string { return filepath.Join(root, "logs", studyName) }
+
+// LogPath returns the stdout ("out") or stderr ("err") file of an attempt.
+func LogPath(root, studyName string, trial, attempt int, stream string) string {
+	return filepath.Join(LogDir(root, studyName), fmt.Sprintf("%d.%d.%s", trial, attempt, stream))
+}
+
+// WorkDir is a trial's working folder, shared by its attempts so that a
+// retry can resume from a checkpoint the interrupted attempt left there.
+func WorkDir(root, studyName string, trial int) string {
+	return filepath.Join(root, "work", studyName, strconv.Itoa(trial))
+}
+
+type loop struct {
+	st      *study.Study
+	root    string
+	o       Options
+	sig     <-chan os.Signal
+	mu      sync.Mutex
+	stops   map[int]chan objective.Stop // running objectives by worker
+	stopped atomic.Bool                 // a signal arrived
+	signal  syscall.Signal
+	taken   atomic.Int64
+	active  atomic.Int64 // objectives running in this process
+	sum     Summary
+	logMu   sync.Mutex
+}
+
+// Run runs the loop until the study's budget is reached, nothing is left
+// to claim, Options.Trial or MaxTrials is done, or a signal arrives on
+// sig (which is forwarded to the running objectives; their attempts are
+// recorded interrupted and Run returns ErrInterrupted).
+func Run(ctx context.Context, st *study.Study, root string, o Options, sig <-chan os.Signal) (Summary, error) {
+	if o.Parallel < 1 {
+		o.Parallel = 1
+	}
+	if o.Trial >= 0 {
+		o.Parallel = 1
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	l := &loop{st: st, root: root, o: o, sig: sig, stops: map[int]chan objective.Stop{}}
+	l.sum.States = map[string]int{}
+	if err := os.MkdirAll(LogDir(root, st.Name()), 0o777); err != nil {
+		return l.sum, fmt.Errorf("soma-trial: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go l.watchSignals(ctx)
+
+	var wg sync.WaitGroup
+	errs := make([]error, o.Parallel)
+	reasons := make([]string, o.Parallel)
+	for w := range o.Parallel {
+		wg.Go(func() { reasons[w], errs[w] = l.worker(ctx, w) })
+	}
+	wg.Wait()
+	if l.stopped.Load() {
+		l.sum.Stopped, l.sum.Interrupted = "interrupted", true
+		return l.sum, fmt.Errorf("%w by %s", ErrInterrupted, l.signal)
+	}
+	l.sum.Stopped = reasons[0]
+	return l.sum, errors.Join(errs...)
+}
+
+func (l *loop) watchSignals(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case s := <-l.sig:
+		sys, _ := s.(syscall.Signal)
+		if sys == 0 {
+			sys = syscall.SIGTERM
+		}
+		l.mu.Lock()
+		l.signal = sys
+		l.stopped.Store(true)
+		for _, c := range l.stops {
+			select {
+			case c <- objective.Stop{Kind: objective.StopSignal, Signal: sys}:
+			default:
+			}
+		}
+		l.mu.Unlock()
+		l.logf("soma-trial: got %s: stopping the running objectives; their attempts will be retried", sys)
+	}
+}
+
+func (l *loop) logf(format string, args ...any) {
+	l.logMu.Lock()
+	defer l.logMu.Unlock()
+	fmt.Fprintf(l.o.Log, format+"\n", args...)
+}
+
+// worker claims and runs trials until there is nothing more to do.
+func (l *loop) worker(ctx context.Context, w int) (string, error) {
+	waiting := false
+	for {
+		if l.stopped.Load() {
+			return "interrupted", nil
+		}
+		if l.o.MaxTrials > 0 && l.taken.Add(1) > int64(l.o.MaxTrials) {
+			return "max-trials", nil
+		}
+		var run *study.Run
+		var err error
+		if l.o.Trial >= 0 {
+			run, err = l.st.Take(ctx, l.o.Trial, l.o.Who)
+		} else {
+			run, err = l.st.Next(ctx, l.o.Who)
+		}
+		if l.o.MaxTrials > 0 && err != nil {
+			l.taken.Add(-1)
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, study.ErrBudgetReached):
+			return "budget", nil
+		case errors.Is(err, study.ErrSpaceExhausted):
+			return "space-exhausted", nil
+		case errors.Is(err, study.ErrTaken) && l.o.Trial >= 0:
+			l.logf("soma-trial: %v", err)
+			return "trial", nil
+		case errors.Is(err, study.ErrNoWork):
+			if l.o.NoWait {
+				return "no-work", nil
+			}
+			if !waiting && l.active.Load() == 0 {
+				l.logf("soma-trial: every remaining trial is running elsewhere; waiting for them to end or go stale (--no-wait to exit now)")
+			}
+			waiting = true
+			if !l.sleep(ctx, min(l.st.HeartbeatInterval(), 2*time.Second)) {
+				return "interrupted", nil
+			}
+			continue
+		default:
+			return "error", err
+		}
+		waiting = false
+		l.active.Add(1)
+		err = l.runOne(ctx, w, run)
+		l.active.Add(-1)
+		if err != nil {
+			return "error", err
+		}
+		if l.o.Trial >= 0 {
+			return "trial", nil
+		}
+	}
+}
+
+func (l *loop) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return !l.stopped.Load()
+		case <-time.After(50 * time.Millisecond):
+			if l.stopped.Load() {
+				return false
+			}
+		}
+	}
+}
+
+// runOne runs the objective of one claimed attempt and records its end.
+func (l *loop) runOne(ctx context.Context, w int, run *study.Run) error {
+	name := l.st.Name()
+	n, a := run.Number(), run.Attempt()
+	kvs := run.Values()
+	params := make([]objective.Param, len(kvs))
+	for i, kv := range kvs {
+		params[i] = objective.Param{Name: kv.Name, Text: kv.Text}
+	}
+	pj, err := run.PointJSON()
+	if err != nil {
+		return err
+	}
+	dir := WorkDir(l.root, name, n)
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return fmt.Errorf("soma-trial: trial folder: %w", err)
+	}
+	outF, err := os.Create(LogPath(l.root, name, n, a, "out"))
+	if err != nil {
+		return fmt.Errorf("soma-trial: log: %w", err)
+	}
+	defer outF.Close()
+	errF, err := os.Create(LogPath(l.root, name, n, a, "err"))
+	if err != nil {
+		return fmt.Errorf("soma-trial: log: %w", err)
+	}
+	defer errF.Close()
+
+	stop := make(chan objective.Stop, 2)
+	l.mu.Lock()
+	l.stops[w] = stop
+	if l.stopped.Load() { // a signal came between the claim and now
+		stop <- objective.Stop{Kind: objective.StopSignal, Signal: l.signal}
+	}
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		delete(l.stops, w)
+		l.mu.Unlock()
+	}()
+	if l.o.Verbose {
+		l.logf("trial %d.%d start %s", n, a, run.PointText())
+	}
+
+	var runMu sync.Mutex // Report and Heartbeat both rewrite the record
+	superseded := func() {
+		select {
+		case stop <- objective.Stop{Kind: objective.StopSuperseded}:
+		default:
+		}
+	}
+	hbCtx, hbCancel := context.WithCancel(ctx)
+	var hb sync.WaitGroup
+	hb.Go(func() {
+		t := time.NewTicker(l.st.HeartbeatInterval())
+		defer t.Stop()
+		warned := false
+		for {
+			select {
+			case <-hbCtx.Done():
+				return
+			case <-t.C:
+			}
+			runMu.Lock()
+			err := run.Heartbeat(hbCtx)
+			runMu.Unlock()
+			switch {
+			case err == nil, hbCtx.Err() != nil:
+			case errors.Is(err, study.ErrSuperseded):
+				l.logf("trial %d.%d: superseded by a newer attempt (this process lost its lease); stopping the objective", n, a)
+				superseded()
+				return
+			case !warned:
+				warned = true
+				l.logf("trial %d.%d: heartbeat failed (will keep trying): %v", n, a, err)
+			}
+		}
+	})
+	onReport := func(step int64, value float64) bool {
+		runMu.Lock()
+		prune, err := run.Report(ctx, step, value)
+		runMu.Unlock()
+		if l.o.Verbose {
+			l.logf("trial %d.%d step %d value %g%s", n, a, step, value, map[bool]string{true: " -> prune"}[prune])
+		}
+		if errors.Is(err, study.ErrSuperseded) {
+			superseded()
+			return false
+		}
+		if err != nil {
+			l.logf("trial %d.%d: report at step %d: %v", n, a, step, err)
+		}
+		return prune
+	}
+	res, err := objective.Run(ctx, objective.Options{
+		Argv:       l.o.Argv,
+		Params:     params,
+		ParamsJSON: pj,
+		Vars: map[string]string{
+			"study": name, "trial": strconv.Itoa(n), "attempt": strconv.Itoa(a), "trial_dir": dir,
+		},
+		Env:        l.o.Env,
+		Stdout:     outF,
+		Stderr:     errF,
+		Timeout:    l.o.Timeout,
+		Grace:      l.o.KillGrace,
+		OnReport:   onReport,
+		PythonPath: l.o.PythonPath,
+	}, stop)
+	hbCancel()
+	hb.Wait()
+	// Record with a fresh context: a cancelled one must not lose the result.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer rcancel()
+	if err != nil {
+		// The objective cannot start (not found...): give the trial back
+		// and stop, rather than fail every trial of the budget.
+		_ = run.Finish(rctx, study.StateInterrupted, math.NaN(), err.Error())
+		return err
+	}
+	state, score, reason := study.StateDone, res.Score, res.Reason
+	switch res.Outcome {
+	case objective.Failed:
+		state, score = study.StateFailed, math.NaN()
+		if tail := strings.TrimSpace(res.StderrTail); tail != "" {
+			reason += "\n" + tail
+		}
+	case objective.Pruned:
+		state = study.StatePruned
+		if !res.HasScore {
+			score = math.NaN()
+		}
+	case objective.Interrupted:
+		state, score = study.StateInterrupted, math.NaN()
+	case objective.Superseded:
+		l.note(n, a, run.PointText(), "superseded", "", res.Duration)
+		return nil
+	}
+	ferr := run.Finish(rctx, state, score, reason)
+	switch {
+	case errors.Is(ferr, study.ErrSuperseded):
+		l.note(n, a, run.PointText(), "superseded", "result discarded: a newer attempt exists", res.Duration)
+		return nil
+	case ferr != nil:
+		return fmt.Errorf("soma-trial: record trial %d.%d: %w", n, a, ferr)
+	}
+	detail := ""
+	switch state {
+	case study.StateDone:
+		detail = "score " + strconv.FormatFloat(score, 'g', -1, 64)
+	case study.StatePruned:
+		detail = fmt.Sprintf("at step %d (value %g)", res.PrunedAt, score)
+	default:
+		detail = firstLine(res.Reason)
+	}
+	l.note(n, a, run.PointText(), string(state), detail, res.Duration)
+	return nil
+}
+
+func (l *loop) note(n, a int, point, state, detail string, d time.Duration) {
+	l.mu.Lock()
+	l.sum.Ran++
+	l.sum.States[state]++
+	l.mu.Unlock()
+	if detail != "" {
+		detail = " " + detail
+	}
+	l.logf("trial %s %s %s%s (%s)", trialLabel(n, a), point, state, detail, d.Round(time.Millisecond))
+}
+
+// trialLabel is "7", or "7 (attempt 2)" for a retry.
+func trialLabel(n, a int) string {
+	if a == 0 {
+		return strconv.Itoa(n)
+	}
+	return fmt.Sprintf("%d (attempt %d)", n, a)
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+// Ensure the store type satisfies what study consumes.
+var _ study.Store = (*fsstore.Store)(nil)

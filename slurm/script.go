@@ -1,0 +1,390 @@
+package slurm
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// DefaultGrace is how long before the time limit Slurm signals the job
+// when Script.Grace is zero: Hydra's submitit launcher uses 120 s too, and
+// Slurm may send the signal up to a minute early or late (sbatch(1),
+// shared/notes/local-slurm.md), so much less risks no warning at all.
+const DefaultGrace = 2 * time.Minute
+
+// maxGrace is the largest --signal lead time Slurm stores (a uint16 of
+// seconds).
+const maxGrace = 65535 * time.Second
+
+// Script is the sbatch script `soma slurm submit` writes beside a study, so
+// that it can be read, audited and resubmitted unchanged. Render turns it
+// into text; the zero values of the optional fields give soma's defaults.
+type Script struct {
+	// Command is the program the job runs, as an argv; the batch shell
+	// execs it (see Render). TrialCommand.Argv builds soma-trial's.
+	Command []string
+	// LogDir is the absolute directory of the job's logs. Slurm opens the
+	// log before the script runs and does not create directories: the
+	// directory must exist when a task starts.
+	LogDir string
+	// Name is the job name squeue shows (--job-name); "" means "soma".
+	Name string
+	// Array is the --array value, like "0-63%16"; "" submits one job.
+	Array string
+	// Time is the time limit (--time), rounded up to whole seconds (Slurm
+	// itself counts whole minutes); zero leaves the partition's default.
+	Time time.Duration
+	// Grace is how long before the time limit the batch shell receives
+	// SIGUSR1 (--signal=B:USR1@secs); zero means DefaultGrace. It must be
+	// shorter than Time when Time is set.
+	Grace time.Duration
+	// NoRequeue writes --no-requeue instead of --requeue. soma retries an
+	// interrupted trial from any later task either way.
+	NoRequeue bool
+	// Sbatch holds further sbatch options, each written on its own #SBATCH
+	// line, like "--partition=gpu" or "--gres=gpu:1". Options that the
+	// fields above set are refused.
+	Sbatch []string
+	// Note is free text for the script's header comment, such as the
+	// command that wrote it; it may span lines.
+	Note string
+}
+
+// TrialCommand is the soma-trial command line that a Script runs.
+type TrialCommand struct {
+	Bin       string   // the soma-trial program; "" means "soma-trial" on the node's PATH
+	Root      string   // absolute path of the store's root folder (--root)
+	Study     string   // the study's name (--study)
+	Spec      string   // optional absolute path of the study's spec file (--spec)
+	Args      []string // more soma-trial flags, like "--max-trials", "4"
+	Objective []string // the user's objective command, after "--"
+}
+
+// Argv returns the command as an argv. Paths must be absolute because the
+// job may start in another directory than the one it was submitted from.
+func (c TrialCommand) Argv() ([]string, error) {
+	var errs []error
+	if c.Root == "" || !filepath.IsAbs(c.Root) {
+		errs = append(errs, fmt.Errorf("slurm: trial command: root %q is not an absolute path (the job may start in another directory)", c.Root))
+	}
+	if c.Study == "" {
+		errs = append(errs, errors.New("slurm: trial command: no study (name one)"))
+	}
+	if c.Spec != "" && !filepath.IsAbs(c.Spec) {
+		errs = append(errs, fmt.Errorf("slurm: trial command: spec %q is not an absolute path (the job may start in another directory)", c.Spec))
+	}
+	if len(c.Objective) == 0 || c.Objective[0] == "" {
+		errs = append(errs, errors.New("slurm: trial command: no objective command (give it after --)"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	bin := c.Bin
+	if bin == "" {
+		bin = "soma-trial"
+	}
+	argv := []string{bin, "--root", c.Root, "--study", c.Study}
+	if c.Spec != "" {
+		argv = append(argv, "--spec", c.Spec)
+	}
+	argv = append(argv, c.Args...)
+	argv = append(argv, "--")
+	return append(argv, c.Objective...), nil
+}
+
+// ownedOption reports whether opt is an sbatch option that a Script sets
+// from its fields, and names what to give instead.
+func ownedOption(opt string) (field string, owned bool) {
+	name, _, _ := strings.Cut(opt, "=")
+	switch name {
+	case "--array":
+		return "the array", true
+	case "--time":
+		return "the time limit", true
+	case "--signal":
+		return "the grace before the time limit", true
+	case "--requeue", "--no-requeue":
+		return "requeue (on by default)", true
+	case "--output", "--error", "--open-mode":
+		return "the log directory", true
+	case "--job-name":
+		return "the job name", true
+	case "--wrap":
+		return "the command", true
+	case "--parsable":
+		return "how sbatch's output is read", true
+	}
+	// Short options may carry their value attached: -t10, -o/path.
+	if len(opt) >= 2 && opt[0] == '-' && opt[1] != '-' {
+		switch opt[1] {
+		case 'a':
+			return "the array", true
+		case 't':
+			return "the time limit", true
+		case 'o', 'e':
+			return "the log directory", true
+		case 'J':
+			return "the job name", true
+		}
+	}
+	return "", false
+}
+
+// Render validates s and returns the script's text: a bash script whose
+// #SBATCH lines carry the job's options, and whose body execs Command.
+// Every argument is quoted for bash, and every #SBATCH value for sbatch's
+// own parser (which honours quotes but also treats backslashes as escapes
+// inside them). Render is deterministic: the same Script gives the same
+// bytes.
+func (s Script) Render() ([]byte, error) {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("slurm: script: "+format, a...)) }
+
+	if len(s.Command) == 0 || s.Command[0] == "" {
+		bad("no command to run")
+	}
+	for i, a := range s.Command {
+		if strings.ContainsRune(a, 0) {
+			bad("command argument %d %q contains a NUL byte, which no program can receive", i, a)
+		}
+	}
+	name := s.Name
+	if name == "" {
+		name = "soma"
+	}
+	if hasControl(name) {
+		bad("job name %q contains control characters (use printable text)", name)
+	}
+	var array Array
+	if s.Array != "" {
+		a, err := ParseArray(s.Array)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		array = a
+	}
+	switch {
+	case s.LogDir == "" || !filepath.IsAbs(s.LogDir):
+		bad("log dir %q is not an absolute path (the job may start in another directory)", s.LogDir)
+	case hasControl(s.LogDir):
+		bad("log dir %q contains control characters (choose another directory)", s.LogDir)
+	case strings.Contains(s.LogDir, `\`):
+		// sbatch(1), filename pattern: a backslash turns off %A, %a, %j.
+		bad("log dir %q contains a backslash, which stops Slurm expanding %%A_%%a in log names (choose another directory)", s.LogDir)
+	}
+	if s.Time < 0 {
+		bad("time limit %v is negative", s.Time)
+	}
+	grace := s.Grace
+	if grace == 0 {
+		grace = DefaultGrace
+	}
+	graceSecs := ceilSeconds(grace)
+	switch {
+	case grace < 0:
+		bad("grace %v is negative", s.Grace)
+	case grace > maxGrace:
+		bad("grace %v is longer than Slurm's limit of %v", grace, maxGrace)
+	case s.Time > 0 && graceSecs >= ceilSeconds(s.Time):
+		bad("grace %v is not shorter than the time limit %v (shorten the grace or raise the limit)", grace, s.Time)
+	}
+	for _, o := range s.Sbatch {
+		optName, _, _ := strings.Cut(o, "=")
+		switch field, owned := ownedOption(o); {
+		case !strings.HasPrefix(o, "-"):
+			bad("sbatch option %q does not start with '-' (write options like --partition=gpu)", o)
+		case hasControl(o):
+			bad("sbatch option %q contains control characters (an #SBATCH line holds one line)", o)
+		case strings.ContainsAny(optName, " \t"):
+			bad("sbatch option %q has a space in its name (write --name=value, like --partition=gpu)", o)
+		case owned:
+			bad("sbatch option %q is set by soma from %s; give that instead", o, field)
+		}
+	}
+	if hasControl(strings.ReplaceAll(strings.ReplaceAll(s.Note, "\n", ""), "\t", "")) {
+		bad("note %q contains control characters other than newlines and tabs", s.Note)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+
+	var b strings.Builder
+	line := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	sbatch := func(opt string) {
+		if n, v, ok := strings.Cut(opt, "="); ok {
+			line("#SBATCH %s=%s", sbatchQuote(n), sbatchQuote(v))
+		} else {
+			line("#SBATCH %s", sbatchQuote(opt))
+		}
+	}
+
+	line("#!/bin/bash")
+	if note := strings.TrimRight(s.Note, "\n"); note != "" {
+		for _, l := range strings.Split(note, "\n") {
+			line("%s", strings.TrimRight("# "+l, " "))
+		}
+		line("#")
+	}
+	line("# An sbatch script written by soma. Submit it, or submit it again later, with")
+	line("#   sbatch THIS-FILE")
+	line("# Options given to sbatch on its command line override the #SBATCH lines,")
+	line("# which sbatch reads only up to the first command.")
+	line("")
+	sbatch("--job-name=" + name)
+	if s.Array != "" {
+		n := array.Len()
+		if array.Throttle > 0 {
+			line("# %d array tasks, at most %d running at once (the %%%d).", n, array.Throttle, array.Throttle)
+		} else {
+			line("# %d array tasks, as many at once as the cluster allows (add %%N to cap it).", n)
+		}
+		sbatch("--array=" + array.String())
+	}
+	if s.Time > 0 {
+		line("# The time limit of each task.")
+		sbatch("--time=" + slurmDuration(s.Time))
+	}
+	line("# About %d s before the time limit, Slurm sends SIGUSR1 to the batch shell", graceSecs)
+	line("# (\"B:\"); soma-trial then records its trial as interrupted, so that it is")
+	line("# retried, and exits. Slurm keeps this time only to within about a minute.")
+	sbatch(fmt.Sprintf("--signal=B:USR1@%d", graceSecs))
+	if s.NoRequeue {
+		line("# Slurm does not start a task again after a node failure or preemption;")
+		line("# other tasks retry its interrupted trial.")
+		sbatch("--no-requeue")
+	} else {
+		line("# After a node failure or preemption Slurm may start a task again from the")
+		line("# top, with the same ids; SLURM_RESTART_COUNT counts the restarts.")
+		sbatch("--requeue")
+	}
+	logDir := strings.ReplaceAll(filepath.Clean(s.LogDir), "%", "%%")
+	if s.Array != "" {
+		line("# One log per task, stdout and stderr together: <array job id>_<task index>.out.")
+		sbatch("--output=" + logDir + "/%A_%a.out")
+	} else {
+		line("# One log, stdout and stderr together: <job id>.out.")
+		sbatch("--output=" + logDir + "/%j.out")
+	}
+	line("# Append, so that a task started again keeps the output of its earlier runs.")
+	sbatch("--open-mode=append")
+	if len(s.Sbatch) > 0 {
+		line("# Options given to soma:")
+		for _, o := range s.Sbatch {
+			sbatch(o)
+		}
+	}
+	line("")
+	line(`echo "soma: job ${SLURM_JOB_ID:-?}${SLURM_ARRAY_JOB_ID:+ (task ${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID})}, restart ${SLURM_RESTART_COUNT:-0}, on ${SLURMD_NODENAME:-$(hostname)}, $(date '+%%F %%T')"`)
+	line("")
+	line("# exec replaces this shell by the command, in the same process. It has to:")
+	line("# --signal=B:USR1 signals the batch shell only, never its children, and a")
+	line("# shell would run a trap only after its foreground child ended. After exec")
+	line("# the command is the batch shell, so it receives USR1 itself. Nothing after")
+	line("# this line runs.")
+	quoted := make([]string, len(s.Command))
+	for i, a := range s.Command {
+		quoted[i] = shellQuote(a)
+	}
+	line("exec %s", strings.Join(quoted, " "))
+	return []byte(b.String()), nil
+}
+
+// ceilSeconds returns d in whole seconds, rounded up.
+func ceilSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// slurmDuration formats d as [days-]hours:minutes:seconds, one of the
+// forms sbatch --time takes.
+func slurmDuration(d time.Duration) string {
+	s := ceilSeconds(d)
+	days, s := s/86400, s%86400
+	hms := fmt.Sprintf("%02d:%02d:%02d", s/3600, s/60%60, s%60)
+	if days > 0 {
+		return fmt.Sprintf("%d-%s", days, hms)
+	}
+	return hms
+}
+
+// isSafeWord reports whether s needs no quoting in bash or in sbatch's
+// #SBATCH parser: letters, digits and _@%+=:,./- only.
+func isSafeWord(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("_@%+=:,./-", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// shellQuote returns s as one bash word: as is when it is safe, else in
+// single quotes, inside which bash expands nothing. A single quote inside
+// closes the quotes, adds an escaped quote and reopens them:
+//
+//	it's  ->  'it'\''s'
+//
+// Text with control characters (a newline, a tab) is written in bash's
+// $'...' form instead, with escapes, so the script stays readable:
+//
+//	a<newline>b  ->  $'a\nb'
+func shellQuote(s string) string {
+	if isSafeWord(s) {
+		return s
+	}
+	if !hasControl(s) {
+		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	var b strings.Builder
+	b.WriteString("$'")
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '\\', '\'':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\t':
+			b.WriteString(`\t`)
+		default:
+			if c < 0x20 || c == 0x7f {
+				fmt.Fprintf(&b, `\x%02x`, c)
+			} else {
+				b.WriteByte(c)
+			}
+		}
+	}
+	b.WriteByte('\'')
+	return b.String()
+}
+
+// sbatchQuote quotes s for an #SBATCH line. sbatch's parser (sbatch/opt.c,
+// _get_argument) honours single and double quotes but treats a backslash
+// as an escape even inside quotes, so backslashes are doubled first; the
+// rest is shellQuote's recipe, which that parser reads the same way.
+func sbatchQuote(s string) string {
+	if isSafeWord(s) {
+		return s
+	}
+	s = strings.ReplaceAll(s, `\`, `\\`)
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// hasControl reports whether s contains a control character (newline
+// included) or a NUL.
+func hasControl(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return true
+		}
+	}
+	return false
+}

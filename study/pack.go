@@ -1,0 +1,432 @@
+package study
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/soma-hpc/soma/fsstore"
+)
+
+// Packing: a trial that has ended (done, pruned, failed with no retry
+// left) never changes, so its final record is copied into an immutable
+// pack blob, bound as study/<s>/pack/<id>, and readers read a few packs
+// instead of one file per trial (DESIGN.md, "Large studies"). Rules:
+//
+//   - Packing never removes or rewrites a trial's records: a packed
+//     trial's names stay claimed, so nothing runs it again, and a reader
+//     that ignores packs sees the same study.
+//   - A pack holds only records that end their trial, so a reader skips a
+//     packed trial's folder entirely.
+//   - Two processes packing at once make at worst two overlapping packs;
+//     readers keep one record per trial. Merging packs binds the merged
+//     pack before unbinding the old ones, and a reader that loses a pack
+//     between listing and reading it reads those trials from their
+//     folders.
+//
+// Pack blob format (text, one record per line, fields separated by single
+// spaces, each field %XX-escaped as in fsstore's records):
+//
+//	soma-study-pack 1 <study>
+//	<trial> <attempt> <curve digest hex> <mtime unix ns> <key> <value> <key> <value> ...
+const (
+	packFormat  = "soma-study-pack"
+	packVersion = 1
+	kindPack    = "pack"
+	keyCount    = "count"
+	keyLevel    = "level"
+)
+
+// PackOptions configure Study.Pack.
+type PackOptions struct {
+	// MinRecords is the fewest unpacked ended trials worth a new pack.
+	// Zero means 256.
+	MinRecords int
+	// MergeFanIn: when this many packs of one level exist, they are merged
+	// into one pack of the next level. Zero means 8. With the defaults a
+	// study of 100k trials is held in fewer than 30 packs.
+	MergeFanIn int
+}
+
+// PackReport says what Pack did.
+type PackReport struct {
+	Packed int `json:"packed"` // ended trials written into a new pack
+	Merged int `json:"merged"` // packs merged into bigger ones
+	Packs  int `json:"packs"`  // packs bound after this call
+}
+
+// packCache is what a Study knows of the study's packs.
+type packCache struct {
+	loaded  map[string]packInfo // pack name -> what it holds
+	covered map[int]bool        // trials held by some pack
+}
+
+type packInfo struct {
+	level  int
+	trials []int
+}
+
+// unbinder is the optional store capability Pack needs to retire merged
+// packs; without it Pack only adds packs.
+type unbinder interface {
+	Unbind(ctx context.Context, name string) error
+}
+
+// loadPacks reads the packs this Study has not read yet and puts their
+// records among the ended trials, which are then never read from their
+// folders. Unreadable packs are reported in snap.Corrupt; their trials
+// are read from their folders.
+func (s *Study) loadPacks(ctx context.Context, snap *Snapshot) error {
+	if s.noPacks {
+		return nil
+	}
+	kids, err := s.store.Children(ctx, s.names.packs())
+	if err != nil {
+		return fmt.Errorf("study %s: packs: %w", s.name, err)
+	}
+	s.mu.Lock()
+	var todo []string
+	for _, k := range kids {
+		name := s.names.pack(k)
+		if _, ok := s.packs.loaded[name]; !ok {
+			todo = append(todo, name)
+		}
+	}
+	s.mu.Unlock()
+	if len(todo) == 0 {
+		return nil
+	}
+	type loaded struct {
+		info packInfo
+		recs []Record
+		err  error // unreadable pack
+		gone bool
+	}
+	res := make([]loaded, len(todo))
+	forEach(ctx, len(todo), 4, func(i int) {
+		b, err := s.store.Resolve(ctx, todo[i])
+		if errors.Is(err, fsstore.ErrNotFound) {
+			res[i].gone = true
+			return
+		}
+		if err != nil {
+			res[i].err = err
+			return
+		}
+		if b.Meta.Value(keyKind) != kindPack {
+			res[i].err = &RecordError{Name: todo[i], Err: fmt.Errorf("kind %q is not a pack", b.Meta.Value(keyKind))}
+			return
+		}
+		level, _ := strconv.Atoi(b.Meta.Value(keyLevel))
+		data, err := s.store.Get(ctx, b.Digest)
+		if err != nil {
+			res[i].err = &RecordError{Name: todo[i], Err: err}
+			return
+		}
+		recs, err := s.decodePack(data)
+		if err != nil {
+			res[i].err = &RecordError{Name: todo[i], Err: err}
+			return
+		}
+		res[i].recs = recs
+		res[i].info.level = level
+		for _, r := range recs {
+			res[i].info.trials = append(res[i].info.trials, r.Number)
+		}
+	})
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	added := false
+	for i, r := range res {
+		if r.gone {
+			continue
+		}
+		if r.err != nil {
+			var ce *fsstore.CorruptError
+			var re *RecordError
+			if !errors.As(r.err, &ce) && !errors.As(r.err, &re) {
+				return fmt.Errorf("study %s: pack: %w", s.name, r.err)
+			}
+			snap.Corrupt = append(snap.Corrupt, r.err)
+			continue
+		}
+		s.packs.loaded[todo[i]] = r.info
+		for _, rec := range r.recs {
+			s.packs.covered[rec.Number] = true
+			if old, ok := s.final[rec.Number]; ok && old.Attempt >= rec.Attempt {
+				continue
+			}
+			if _, ok := s.final[rec.Number]; ok {
+				s.finalList = slices.DeleteFunc(s.finalList, func(x Record) bool { return x.Number == rec.Number })
+			}
+			s.final[rec.Number] = rec
+			s.finalList = append(s.finalList, rec)
+			s.highest[rec.Number] = max(s.highest[rec.Number], rec.Attempt)
+			added = true
+		}
+	}
+	if added {
+		slices.SortFunc(s.finalList, func(a, b Record) int { return a.Number - b.Number })
+	}
+	return nil
+}
+
+// Pack writes the ended trials that no pack holds yet into a new pack,
+// when there are at least opts.MinRecords of them, and merges packs of
+// one level once opts.MergeFanIn of them exist. It is safe to run from
+// several processes at once and beside running trials; soma-trial may
+// call it after each trial (it is cheap when there is nothing to do), and
+// 'soma gc' or 'soma status' may too.
+func (s *Study) Pack(ctx context.Context, opts PackOptions) (PackReport, error) {
+	var rep PackReport
+	if opts.MinRecords <= 0 {
+		opts.MinRecords = 256
+	}
+	if opts.MergeFanIn < 2 {
+		opts.MergeFanIn = 8
+	}
+	if _, err := s.snapshot(ctx); err != nil {
+		return rep, err
+	}
+	s.mu.Lock()
+	var fresh []Record
+	for _, r := range s.finalList {
+		if !s.packs.covered[r.Number] {
+			fresh = append(fresh, r)
+		}
+	}
+	s.mu.Unlock()
+	if len(fresh) >= opts.MinRecords {
+		if err := s.writePack(ctx, fresh, 0); err != nil {
+			return rep, err
+		}
+		rep.Packed = len(fresh)
+	}
+	// Merge full levels, lowest first; a merge may fill the next level.
+	for level := 0; ; level++ {
+		s.mu.Lock()
+		var group []string
+		maxLevel := -1
+		for name, info := range s.packs.loaded {
+			maxLevel = max(maxLevel, info.level)
+			if info.level == level {
+				group = append(group, name)
+			}
+		}
+		s.mu.Unlock()
+		if level > maxLevel {
+			break
+		}
+		if len(group) < opts.MergeFanIn {
+			continue
+		}
+		n, err := s.mergePacks(ctx, group, level+1)
+		if err != nil {
+			return rep, err
+		}
+		rep.Merged += n
+	}
+	s.mu.Lock()
+	rep.Packs = len(s.packs.loaded)
+	s.mu.Unlock()
+	return rep, nil
+}
+
+// mergePacks writes one pack of level holding every record of group, then
+// retires the packs of group.
+func (s *Study) mergePacks(ctx context.Context, group []string, level int) (int, error) {
+	slices.Sort(group)
+	s.mu.Lock()
+	seen := make(map[int]bool)
+	var recs []Record
+	for _, name := range group {
+		for _, n := range s.packs.loaded[name].trials {
+			if !seen[n] {
+				seen[n] = true
+				recs = append(recs, s.final[n])
+			}
+		}
+	}
+	s.mu.Unlock()
+	ub, ok := s.store.(unbinder)
+	if !ok {
+		return 0, nil
+	}
+	if err := s.writePack(ctx, recs, level); err != nil {
+		return 0, err
+	}
+	merged := 0
+	for _, name := range group {
+		err := ub.Unbind(ctx, name)
+		if err != nil && !errors.Is(err, fsstore.ErrNotFound) {
+			return merged, fmt.Errorf("study %s: retire pack: %w", s.name, err)
+		}
+		s.mu.Lock()
+		delete(s.packs.loaded, name)
+		s.mu.Unlock()
+		merged++
+	}
+	return merged, nil
+}
+
+// writePack stores recs (ended trials) as one pack of level.
+func (s *Study) writePack(ctx context.Context, recs []Record, level int) error {
+	slices.SortFunc(recs, func(a, b Record) int { return a.Number - b.Number })
+	data := s.encodePack(recs)
+	d, err := s.store.Put(ctx, data)
+	if err != nil {
+		return fmt.Errorf("study %s: pack: %w", s.name, err)
+	}
+	name := s.names.pack(d.Hex()[:32])
+	meta := fsstore.Meta{
+		{Key: keyKind, Value: kindPack},
+		{Key: keyVersion, Value: strconv.Itoa(packVersion)},
+		{Key: keyCount, Value: strconv.Itoa(len(recs))},
+		{Key: keyLevel, Value: strconv.Itoa(level)},
+	}
+	// The name comes from the content: a packer that made the same pack
+	// finds it claimed, which is as good.
+	if _, err := s.store.Claim(ctx, name, d, meta); err != nil {
+		return fmt.Errorf("study %s: pack: %w", s.name, err)
+	}
+	info := packInfo{level: level}
+	s.mu.Lock()
+	for _, r := range recs {
+		info.trials = append(info.trials, r.Number)
+		s.packs.covered[r.Number] = true
+	}
+	s.packs.loaded[name] = info
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Study) encodePack(recs []Record) []byte {
+	var b bytes.Buffer
+	b.Grow(64 + 300*len(recs))
+	fmt.Fprintf(&b, "%s %d %s\n", packFormat, packVersion, s.name)
+	for i := range recs {
+		r := &recs[i]
+		f := fieldsOf(r)
+		b.WriteString(strconv.Itoa(r.Number))
+		b.WriteByte(' ')
+		b.WriteString(strconv.Itoa(r.Attempt))
+		b.WriteByte(' ')
+		b.WriteString(r.blob.Hex())
+		b.WriteByte(' ')
+		b.WriteString(strconv.FormatInt(r.Time.UnixNano(), 10))
+		for _, p := range f.meta() {
+			b.WriteByte(' ')
+			packEscape(&b, p.Key)
+			b.WriteByte(' ')
+			packEscape(&b, p.Value)
+		}
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+func (s *Study) decodePack(data []byte) ([]Record, error) {
+	text := string(data)
+	head, body, ok := strings.Cut(text, "\n")
+	if !ok {
+		return nil, fmt.Errorf("pack: no header line")
+	}
+	hf := strings.Fields(head)
+	if len(hf) != 3 || hf[0] != packFormat {
+		return nil, fmt.Errorf("pack: header %q is not a soma study pack", head)
+	}
+	if v, err := strconv.Atoi(hf[1]); err != nil || v != packVersion {
+		return nil, fmt.Errorf("%w: pack version %q, this soma reads version %d (upgrade soma)", ErrNewerFormat, hf[1], packVersion)
+	}
+	if hf[2] != s.name {
+		return nil, fmt.Errorf("pack of study %q found in study %q", hf[2], s.name)
+	}
+	var recs []Record
+	for line := range strings.Lines(body) {
+		line = strings.TrimSuffix(line, "\n")
+		f := strings.Split(line, " ")
+		if len(f) < 4 || len(f)%2 != 0 {
+			return nil, fmt.Errorf("pack: malformed line %.60q", line)
+		}
+		t, ok1 := parseNumber(f[0])
+		a, ok2 := parseNumber(f[1])
+		d, err := fsstore.ParseDigest(fsstore.Algo + ":" + f[2])
+		ns, err2 := strconv.ParseInt(f[3], 10, 64)
+		if !ok1 || !ok2 || err != nil || err2 != nil {
+			return nil, fmt.Errorf("pack: malformed line %.60q", line)
+		}
+		meta := make(fsstore.Meta, 0, (len(f)-4)/2)
+		for i := 4; i < len(f); i += 2 {
+			k, err1 := packUnescape(f[i])
+			v, err2 := packUnescape(f[i+1])
+			if err := errors.Join(err1, err2); err != nil {
+				return nil, fmt.Errorf("pack: %w", err)
+			}
+			meta = append(meta, fsstore.Pair{Key: k, Value: v})
+		}
+		b := fsstore.Bound{Name: s.names.attempt(t, a), Digest: d, Meta: meta, Time: time.Unix(0, ns)}
+		r, err := decodeRecord(s.name, s.spec.Space, t, a, b)
+		if err != nil {
+			return nil, err
+		}
+		if !r.Final(s.spec.MaxRetries) {
+			return nil, fmt.Errorf("pack holds trial %d attempt %d in state %s, which does not end its trial", t, a, r.State)
+		}
+		recs = append(recs, r)
+	}
+	return recs, nil
+}
+
+func packNeedsEscape(c byte) bool { return c <= ' ' || c == '%' || c == 0x7f }
+
+func packEscape(b *bytes.Buffer, s string) {
+	if s == "" {
+		b.WriteString("%") // an empty field would vanish between two spaces
+		return
+	}
+	const hex = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if packNeedsEscape(c) {
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+			continue
+		}
+		b.WriteByte(c)
+	}
+}
+
+func packUnescape(s string) (string, error) {
+	if s == "%" {
+		return "", nil
+	}
+	if strings.IndexByte(s, '%') < 0 {
+		return s, nil
+	}
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			out = append(out, s[i])
+			continue
+		}
+		if i+3 > len(s) {
+			return "", fmt.Errorf("short escape in %q", s)
+		}
+		v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
+		if err != nil {
+			return "", fmt.Errorf("bad escape in %q", s)
+		}
+		out = append(out, byte(v))
+		i += 2
+	}
+	return string(out), nil
+}

@@ -1,0 +1,237 @@
+package study
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/soma-hpc/soma/fsstore"
+)
+
+// recordKey is everything a reader reports of a record, comparable.
+func recordKey(r Record) string {
+	return fmt.Sprintf("%d/%d %s %s %v/%v %v/%v %d %d %d %v %d %d %d %s",
+		r.Number, r.Attempt, r.State, r.PointText, r.Score, r.HasScore, r.Value, r.HasValue,
+		r.LastStep, r.Beat, r.Failures, r.Who, r.Start.UnixNano(), r.Time.UnixNano(), r.AdoptedFrom, r.blob)
+}
+
+// samePackedAndUnpacked checks that a fresh reader with packs and one
+// that ignores them see the same study.
+func samePackedAndUnpacked(t *testing.T, st Store, name string) {
+	t.Helper()
+	ctx := context.Background()
+	packed := recOpen(t, st, name, nil, 0)
+	plain := recOpen(t, st, name, nil, 0)
+	plain.noPacks = true
+	a, err := packed.Trials(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := plain.Trials(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Trials) != len(b.Trials) {
+		t.Fatalf("with packs %d trials, without %d", len(a.Trials), len(b.Trials))
+	}
+	for i := range a.Trials {
+		if ka, kb := recordKey(a.Trials[i]), recordKey(b.Trials[i]); ka != kb {
+			t.Errorf("with packs:    %s\nwithout packs: %s", ka, kb)
+		}
+	}
+	if len(a.Corrupt) != 0 || len(b.Corrupt) != 0 {
+		t.Errorf("corrupt: %v / %v", a.Corrupt, b.Corrupt)
+	}
+	ca, _, err := packed.Attempts(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, _, err := plain.Attempts(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ca) != len(cb) {
+		t.Fatalf("Attempts: with packs %d, without %d", len(ca), len(cb))
+	}
+	for i := range ca {
+		if recordKey(ca[i]) != recordKey(cb[i]) || fmt.Sprint(ca[i].Curve) != fmt.Sprint(cb[i].Curve) {
+			t.Errorf("attempt with packs %s, without %s", recordKey(ca[i]), recordKey(cb[i]))
+		}
+	}
+}
+
+func TestPackReadsLikeFolders(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := recStore(t)
+	spec := recSpec(t, recContinuous, "minimize", "random", "none", 60)
+	spec.MaxRetries = 1
+	s := recOpen(t, st, "s", spec, 0)
+	var running []*Run
+	for i := range 50 {
+		run, err := s.Take(ctx, i, Who{Host: "h w", PID: i, Job: "7_%1"}) // odd text survives packing
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := run.Report(ctx, 0, float64(i)); err != nil {
+			t.Fatal(err)
+		}
+		switch i % 5 {
+		case 0:
+			running = append(running, run)
+			continue
+		case 1:
+			err = run.Finish(ctx, StatePruned, 1, "pruned at 0")
+		case 2:
+			err = run.Finish(ctx, StateFailed, 0, "boom") // retried once below
+		default:
+			err = run.Finish(ctx, StateDone, float64(i), "")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%10 == 2 {
+			retry, err := s.Take(ctx, i, recWho)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := retry.Finish(ctx, StateFailed, 0, "boom again"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i%8 == 0 {
+			if _, err := s.Pack(ctx, PackOptions{MinRecords: 3, MergeFanIn: 2}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	rep, err := s.Pack(ctx, PackOptions{MinRecords: 1, MergeFanIn: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Packs == 0 || rep.Packs > 6 {
+		t.Errorf("Pack: %+v, want a few packs", rep)
+	}
+	samePackedAndUnpacked(t, st, "s")
+	// Packed trials stay claimed.
+	if _, err := s.Take(ctx, 3, recWho); !errors.Is(err, ErrTaken) {
+		t.Errorf("Take(packed trial) = %v, want ErrTaken", err)
+	}
+	o := recOpen(t, st, "s", nil, 0)
+	for {
+		run, err := o.Next(ctx, recWho)
+		if errors.Is(err, ErrNoWork) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run.Number() < 50 && (run.Number()%10 != 7 || run.Attempt() != 1) {
+			t.Errorf("Next handed out trial %d attempt %d, which ended or runs", run.Number(), run.Attempt())
+		}
+		if err := run.Finish(ctx, StateDone, 0, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, run := range running {
+		if err := run.Finish(ctx, StateDone, 0, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := o.Next(ctx, recWho); !errors.Is(err, ErrBudgetReached) {
+		t.Errorf("Next = %v, want ErrBudgetReached", err)
+	}
+	samePackedAndUnpacked(t, st, "s")
+}
+
+// Packing while trials run, from several processes' worth of Study values
+// at once, changes nothing a reader sees.
+func TestPackRacingRunningTrials(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := recStore(t)
+	const budget = 80
+	recOpen(t, st, "s", recSpec(t, recContinuous, "minimize", "random", "none", budget), 0)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ran := map[int]int{}
+	for w := range 4 {
+		wg.Go(func() {
+			s := recOpen(t, st, "s", nil, 0)
+			for {
+				run, err := s.Next(ctx, Who{Host: "h", PID: w})
+				if errors.Is(err, ErrBudgetReached) || errors.Is(err, ErrNoWork) {
+					return
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				ran[run.Number()]++
+				mu.Unlock()
+				if err := run.Finish(ctx, StateDone, float64(run.Number()), ""); err != nil {
+					t.Error(err)
+				}
+				if _, err := s.Pack(ctx, PackOptions{MinRecords: 4, MergeFanIn: 3}); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for n := range budget {
+		if ran[n] != 1 {
+			t.Errorf("trial %d ran %d times", n, ran[n])
+		}
+	}
+	samePackedAndUnpacked(t, st, "s")
+}
+
+// A reader of a packed study opens the packs, not the trials.
+func TestPackCost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const n = 300
+	st, s := benchStudy(t, n)
+	rep, err := s.Pack(ctx, PackOptions{MinRecords: 100})
+	if err != nil || rep.Packed != n {
+		t.Fatalf("Pack = %+v, %v", rep, err)
+	}
+	c := fsstore.NewCounter(st)
+	r := recOpen(t, c, "s", nil, 0)
+	c.Reset()
+	snap, err := r.Trials(ctx)
+	if err != nil || len(snap.Trials) != n {
+		t.Fatalf("Trials: %d, %v", len(snap.Trials), err)
+	}
+	if got := c.Resolves.Load(); got != int64(rep.Packs) {
+		t.Errorf("packed Trials opened %d records, want %d (the packs)", got, rep.Packs)
+	}
+	if got := c.BlobGets.Load(); got != int64(rep.Packs) {
+		t.Errorf("packed Trials fetched %d blobs, want %d (the packs)", got, rep.Packs)
+	}
+}
+
+func TestCorruptPackIsReportedAndSkipped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := recStore(t)
+	s := fillStudy(t, st, "s", 6)
+	if _, err := s.Pack(ctx, PackOptions{MinRecords: 1}); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := st.Put(ctx, []byte("soma-study-pack 1 s\nnot a record\n"))
+	if _, err := st.Bind(ctx, "study/s/pack/bad", d, fsstore.Meta{{Key: keyKind, Value: kindPack}}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := recOpen(t, st, "s", nil, 0).Trials(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Trials) != 6 || len(snap.Corrupt) != 1 {
+		t.Errorf("Trials %d, Corrupt %v; want 6 and the bad pack", len(snap.Trials), snap.Corrupt)
+	}
+}

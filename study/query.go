@@ -1,0 +1,487 @@
+package study
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/soma-hpc/soma/fsstore"
+)
+
+// readWorkers bounds the concurrent reads of one query: on a network
+// filesystem every open is a round trip, so more than the cores help.
+const readWorkers = 16
+
+// Snapshot is a study as one reader saw it at one moment: the latest
+// attempt of every trial. Records whose trial ended (done, pruned, failed
+// with no retry left) never change, so a Study keeps them in memory and
+// later snapshots do not read them again.
+type Snapshot struct {
+	Study     string
+	Direction Direction
+	// Limit is the number of trials the study runs (Study.Limit).
+	Limit int
+	// Now is the file-server time the snapshot was taken at; a running
+	// attempt whose last heartbeat is older than Now minus the grace
+	// period has State StateStale.
+	Now time.Time
+	// Trials holds the latest readable attempt of each trial, by number.
+	// Curve and Reason are filled only by Study.Curves. Records are shared
+	// with the Study's cache: do not modify them.
+	Trials []Record
+	// Corrupt lists the records (and, for Curves, the curve blobs) that
+	// could not be read: *RecordError or *fsstore.CorruptError values.
+	// They are counted, never results.
+	Corrupt []error
+	// Foreign counts names under the study's trial folder that are not
+	// trial records (stray files, editor droppings); they are ignored.
+	Foreign int
+
+	present []int       // trial numbers that exist in the store, sorted
+	broken  map[int]int // trial -> attempt whose record is unreadable
+}
+
+// History returns the sampler's and pruner's view of s (types.go).
+func (s *Snapshot) History() History {
+	h := History{Direction: s.Direction, Trials: make([]Trial, len(s.Trials))}
+	for i := range s.Trials {
+		h.Trials[i] = s.Trials[i].Trial()
+	}
+	return h
+}
+
+// Finished returns the trials that ran to the end (StateDone), by number.
+// Pruned trials are not among them: their scores were measured earlier in
+// training and are not comparable.
+func (s *Snapshot) Finished() []Record {
+	var out []Record
+	for _, r := range s.Trials {
+		if r.State == StateDone {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Best returns the done trial with the best score (the lowest trial
+// number among equals). It returns ErrNoDirection for a study without a
+// direction (it never guesses) and ErrNoResult when no trial is done.
+func (s *Snapshot) Best() (Record, error) {
+	if s.Direction == DirectionUnknown {
+		return Record{}, fmt.Errorf("%w: study %q has no direction, so no score is best (set direction = \"minimize\" or \"maximize\" in a new study's spec)", ErrNoDirection, s.Study)
+	}
+	best := -1
+	for i, r := range s.Trials {
+		if r.State != StateDone || !r.HasScore {
+			continue
+		}
+		if best < 0 || s.Direction.Better(r.Score, s.Trials[best].Score) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return Record{}, fmt.Errorf("%w in study %q", ErrNoResult, s.Study)
+	}
+	return s.Trials[best], nil
+}
+
+// Counts returns the number of trials in each state, StateStale included.
+func (s *Snapshot) Counts() map[State]int {
+	c := make(map[State]int, 6)
+	for _, r := range s.Trials {
+		c[r.State]++
+	}
+	return c
+}
+
+// has reports whether trial n exists in the store (it may have no
+// readable record yet).
+func (s *Snapshot) has(n int) bool {
+	_, ok := slices.BinarySearch(s.present, n)
+	return ok
+}
+
+// Trial returns trial n's latest attempt, if the snapshot holds it.
+func (s *Snapshot) Trial(n int) (Record, bool) {
+	i, ok := slices.BinarySearchFunc(s.Trials, n, func(r Record, n int) int { return r.Number - n })
+	if !ok {
+		return Record{}, false
+	}
+	return s.Trials[i], true
+}
+
+// Trials returns the latest attempt of every trial: running, stale,
+// done, pruned, failed and interrupted alike. It lists the trial folder
+// once, reads the records of trials that have not ended (and, on a cold
+// Study, every record, or the packs that hold them), and fetches no blob.
+func (s *Study) Trials(ctx context.Context) (*Snapshot, error) {
+	return s.snapshot(ctx)
+}
+
+// History returns what a sampler needs: every trial's latest attempt with
+// state, point and score, no curves. Its cost is one Trials: no blob is
+// fetched. Samplers use only StateDone trials as results.
+func (s *Study) History(ctx context.Context) (History, error) {
+	snap, err := s.snapshot(ctx)
+	if err != nil {
+		return History{}, err
+	}
+	return snap.History(), nil
+}
+
+// Finished returns the trials that ran to the end, by number, at the cost
+// of one Trials (no blob fetched).
+func (s *Study) Finished(ctx context.Context) ([]Record, error) {
+	snap, err := s.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return snap.Finished(), nil
+}
+
+// Best returns the best done trial (see Snapshot.Best).
+func (s *Study) Best(ctx context.Context) (Record, error) {
+	snap, err := s.snapshot(ctx)
+	if err != nil {
+		return Record{}, err
+	}
+	return snap.Best()
+}
+
+// Curves returns what a pruner needs: Trials with every trial's curve and
+// stop reason, at the cost of one Trials plus one blob fetch per trial
+// whose curve this Study has not fetched before (curves of ended trials
+// are immutable and cached; running ones are fetched again as they grow).
+func (s *Study) Curves(ctx context.Context) (*Snapshot, error) {
+	snap, err := s.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.fillCurves(ctx, snap.Trials, &snap.Corrupt, true); err != nil {
+		return nil, err
+	}
+	return snap, nil
+}
+
+// fillCurves sets Curve and Reason of recs from the blob cache, fetching
+// what is missing. With evict, cached blobs that recs do not reference are
+// dropped, so the cache holds one curve per trial at most.
+func (s *Study) fillCurves(ctx context.Context, recs []Record, corrupt *[]error, evict bool) error {
+	s.mu.Lock()
+	var need []fsstore.Digest
+	seen := make(map[fsstore.Digest]bool)
+	for i := range recs {
+		d := recs[i].blob
+		if _, ok := s.curves[d]; !ok && !seen[d] && !d.IsZero() {
+			seen[d] = true
+			need = append(need, d)
+		}
+	}
+	s.mu.Unlock()
+	var got []fsstore.Blob
+	if len(need) > 0 {
+		got = s.store.GetMany(ctx, need)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	bad := make(map[fsstore.Digest]error)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range got {
+		if b.Err != nil {
+			var ce *fsstore.CorruptError
+			if errors.As(b.Err, &ce) || errors.Is(b.Err, fsstore.ErrNotFound) {
+				bad[b.Digest] = b.Err
+				continue
+			}
+			return fmt.Errorf("study %s: curves: %w", s.name, b.Err)
+		}
+		c, err := decodeCurve(b.Data)
+		if err != nil {
+			bad[b.Digest] = err
+			continue
+		}
+		s.curves[b.Digest] = c
+	}
+	keep := make(map[fsstore.Digest]bool, len(recs))
+	for i := range recs {
+		r := &recs[i]
+		keep[r.blob] = true
+		if c, ok := s.curves[r.blob]; ok {
+			r.Curve, r.Reason = c.Curve, c.Reason
+			continue
+		}
+		if err := bad[r.blob]; err != nil {
+			*corrupt = append(*corrupt, &RecordError{Name: s.names.attempt(r.Number, r.Attempt), Err: fmt.Errorf("curve: %w", err)})
+		}
+	}
+	if evict {
+		maps.DeleteFunc(s.curves, func(d fsstore.Digest, _ curveBlob) bool { return !keep[d] && d != s.emptyBlob })
+	}
+	return nil
+}
+
+// trialRead is the result of reading one trial's latest attempt.
+type trialRead struct {
+	n, attempt int
+	rec        Record
+	found      bool
+	foreign    int
+	err        error // *RecordError or *fsstore.CorruptError: unreadable record
+	fatal      error // the read itself failed
+}
+
+// readLatest reads trial n's highest attempt: one listing of its folder
+// and one record.
+func (s *Study) readLatest(ctx context.Context, n int) trialRead {
+	res := trialRead{n: n, attempt: -1}
+	kids, err := s.store.Children(ctx, s.names.trial(n))
+	if err != nil {
+		res.fatal = err
+		return res
+	}
+	for _, k := range kids {
+		a, ok := parseNumber(k)
+		if !ok {
+			res.foreign++
+			continue
+		}
+		res.attempt = max(res.attempt, a)
+	}
+	// A listing may lag behind (NFS); attempts are never removed, so the
+	// highest this process has seen is still there.
+	s.mu.Lock()
+	if h, ok := s.highest[n]; ok && h > res.attempt {
+		res.attempt = h
+	}
+	s.mu.Unlock()
+	if res.attempt < 0 {
+		return res
+	}
+	name := s.names.attempt(n, res.attempt)
+	b, err := s.store.Resolve(ctx, name)
+	var ce *fsstore.CorruptError
+	switch {
+	case errors.Is(err, fsstore.ErrNotFound):
+		return res
+	case errors.As(err, &ce):
+		res.err = ce
+		return res
+	case err != nil:
+		res.fatal = err
+		return res
+	}
+	rec, err := decodeRecord(s.name, s.spec.Space, n, res.attempt, b)
+	if err != nil {
+		res.err = err
+		return res
+	}
+	res.rec, res.found = rec, true
+	return res
+}
+
+// snapshot reads the latest attempt of every trial; see Trials.
+func (s *Study) snapshot(ctx context.Context) (*Snapshot, error) {
+	now, err := s.clock.now(ctx, s.store)
+	if err != nil {
+		return nil, fmt.Errorf("study %s: %w", s.name, err)
+	}
+	snap := &Snapshot{
+		Study: s.name, Direction: s.spec.Direction, Limit: s.limit, Now: now,
+		broken: make(map[int]int),
+	}
+	if err := s.loadPacks(ctx, snap); err != nil {
+		return nil, err
+	}
+	kids, err := s.store.Children(ctx, s.names.trials())
+	if err != nil {
+		return nil, fmt.Errorf("study %s: %w", s.name, err)
+	}
+	present := make([]int, 0, len(kids))
+	for _, k := range kids {
+		n, ok := parseNumber(k)
+		if !ok {
+			snap.Foreign++
+			continue
+		}
+		present = append(present, n)
+	}
+	slices.Sort(present)
+	var todo []int
+	s.mu.Lock()
+	for _, n := range present {
+		if _, ok := s.final[n]; !ok {
+			todo = append(todo, n)
+		}
+	}
+	s.mu.Unlock()
+
+	reads := make([]trialRead, len(todo))
+	forEach(ctx, len(todo), readWorkers, func(i int) { reads[i] = s.readLatest(ctx, todo[i]) })
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var open []Record // trials that have not ended
+	added := false
+	for _, rd := range reads {
+		snap.Foreign += rd.foreign
+		if rd.fatal != nil {
+			return nil, fmt.Errorf("study %s: trial %d: %w", s.name, rd.n, rd.fatal)
+		}
+		if rd.attempt >= 0 && rd.attempt > s.highest[rd.n] {
+			s.highest[rd.n] = rd.attempt
+		}
+		if rd.err != nil {
+			snap.Corrupt = append(snap.Corrupt, rd.err)
+			snap.broken[rd.n] = rd.attempt
+			continue
+		}
+		if !rd.found {
+			continue
+		}
+		r := rd.rec
+		if r.State == StateRunning && now.Sub(s.beats.lastProgress(&r, now)) > s.grace {
+			r.State = StateStale
+		}
+		if !r.Final(s.spec.MaxRetries) {
+			open = append(open, r)
+			continue
+		}
+		if _, ok := s.final[r.Number]; !ok {
+			s.final[r.Number] = r
+			s.finalList = append(s.finalList, r)
+			added = true
+		}
+		s.beats.forget(r.Number)
+	}
+	if added {
+		slices.SortFunc(s.finalList, func(a, b Record) int { return a.Number - b.Number })
+	}
+	// Trial numbers known from packs or earlier reads count as present
+	// even where a lagging listing misses them.
+	if len(s.finalList) > 0 {
+		present = mergeNumbers(present, s.finalList)
+	}
+	snap.present = present
+	snap.Trials = mergeRecords(s.finalList, open)
+	return snap, nil
+}
+
+// mergeRecords merges two lists sorted by trial number into a new one.
+func mergeRecords(a, b []Record) []Record {
+	slices.SortFunc(b, func(x, y Record) int { return x.Number - y.Number })
+	out := make([]Record, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		if a[i].Number <= b[j].Number {
+			out = append(out, a[i])
+			i++
+		} else {
+			out = append(out, b[j])
+			j++
+		}
+	}
+	out = append(out, a[i:]...)
+	return append(out, b[j:]...)
+}
+
+// mergeNumbers adds the numbers of recs to the sorted list ns, without
+// duplicates.
+func mergeNumbers(ns []int, recs []Record) []int {
+	out := make([]int, 0, max(len(ns), len(recs)))
+	i, j := 0, 0
+	for i < len(ns) || j < len(recs) {
+		switch {
+		case j == len(recs) || (i < len(ns) && ns[i] < recs[j].Number):
+			out = append(out, ns[i])
+			i++
+		case i == len(ns) || recs[j].Number < ns[i]:
+			out = append(out, recs[j].Number)
+			j++
+		default:
+			out = append(out, ns[i])
+			i++
+			j++
+		}
+	}
+	return out
+}
+
+// Attempts returns every attempt of every trial (superseded ones too),
+// sorted by trial and attempt, with the records that could not be read.
+// With curves it also fetches every attempt's curve blob (one fetch each,
+// cached). It is the listing for tables and exports; samplers and pruners
+// use History and Curves.
+func (s *Study) Attempts(ctx context.Context, curves bool) ([]Record, []error, error) {
+	snap, err := s.snapshot(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []Record
+	var corrupt []error
+	var names []string
+	type at struct{ n, a int }
+	var keys []at
+	for _, r := range snap.Trials {
+		out = append(out, r)
+		// Earlier attempts are named 0..Attempt-1; a trial with attempt 0
+		// only has nothing more to read.
+		for a := 0; a < r.Attempt; a++ {
+			keys = append(keys, at{r.Number, a})
+			names = append(names, s.names.attempt(r.Number, a))
+		}
+	}
+	for n, a := range snap.broken {
+		for i := 0; i < a; i++ {
+			keys = append(keys, at{n, i})
+			names = append(names, s.names.attempt(n, i))
+		}
+	}
+	corrupt = append(corrupt, snap.Corrupt...)
+	bounds := make([]fsstore.Bound, len(names))
+	errs := make([]error, len(names))
+	forEach(ctx, len(names), readWorkers, func(i int) { bounds[i], errs[i] = s.store.Resolve(ctx, names[i]) })
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	for i, k := range keys {
+		var ce *fsstore.CorruptError
+		switch err := errs[i]; {
+		case errors.Is(err, fsstore.ErrNotFound):
+			continue
+		case errors.As(err, &ce):
+			corrupt = append(corrupt, ce)
+			continue
+		case err != nil:
+			return nil, nil, fmt.Errorf("study %s: %w", s.name, err)
+		}
+		r, err := decodeRecord(s.name, s.spec.Space, k.n, k.a, bounds[i])
+		if err != nil {
+			corrupt = append(corrupt, err)
+			continue
+		}
+		if r.State == StateRunning {
+			// Superseded by a later attempt: it will never run on.
+			r.State = StateStale
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b Record) int {
+		if a.Number != b.Number {
+			return a.Number - b.Number
+		}
+		return a.Attempt - b.Attempt
+	})
+	if curves {
+		if err := s.fillCurves(ctx, out, &corrupt, false); err != nil {
+			return nil, nil, err
+		}
+	}
+	return out, corrupt, nil
+}

@@ -1,0 +1,465 @@
+package study
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// KnobKind is the kind of one knob of a Space.
+type KnobKind int
+
+const (
+	// KnobInvalid is the zero KnobKind; NewSpace refuses it.
+	KnobInvalid KnobKind = iota
+	// KnobInt is a whole number in [Low, High], on the grid Low + k·Step
+	// (Step defaults to 1), optionally sampled on a log scale.
+	KnobInt
+	// KnobFloat is a real number in [Low, High], optionally on a log scale
+	// or on the grid Low + k·Step.
+	KnobFloat
+	// KnobChoice is one of Choices, which are text.
+	KnobChoice
+	// KnobFixed always takes Value; it is part of the point (so it reaches
+	// the objective) but no sampler searches it.
+	KnobFixed
+)
+
+// String returns the kind's name as written in specs: int, float, choice,
+// fixed.
+func (k KnobKind) String() string {
+	switch k {
+	case KnobInt:
+		return "int"
+	case KnobFloat:
+		return "float"
+	case KnobChoice:
+		return "choice"
+	case KnobFixed:
+		return "fixed"
+	}
+	return "invalid"
+}
+
+// ParseKnobKind is the inverse of KnobKind.String.
+func ParseKnobKind(s string) (KnobKind, error) {
+	switch s {
+	case "int", "integer":
+		return KnobInt, nil
+	case "float", "real":
+		return KnobFloat, nil
+	case "choice", "categorical":
+		return KnobChoice, nil
+	case "fixed", "const":
+		return KnobFixed, nil
+	}
+	return KnobInvalid, fmt.Errorf("study: knob type %q: want int, float, choice or fixed%s", s,
+		suggest(s, []string{"int", "float", "choice", "fixed"}))
+}
+
+// maxExactInt is the largest magnitude an int knob may reach: every
+// integer up to 2^53 is exact in a float64, which is how points hold them.
+const maxExactInt = 1 << 53
+
+// maxNameLen bounds knob names; they become environment variable names.
+const maxNameLen = 64
+
+// Knob is one dimension of a Space. Which fields matter depends on Kind:
+//
+//   - KnobInt: Low, High (whole numbers), Step (a whole number ≥ 1;
+//     0 means 1), Log (needs Low ≥ 1 and Step 1).
+//   - KnobFloat: Low, High (finite), Step (0 = continuous, else
+//     High − Low must be a whole number of steps), Log (needs Low > 0 and
+//     no Step).
+//   - KnobChoice: Choices (at least one, distinct).
+//   - KnobFixed: Value.
+//
+// Names are letters, digits and '_', start with a letter or '_', and are
+// distinct even ignoring case (each becomes SOMA_PARAM_<NAME>). Options
+// and fixed values are non-empty UTF-8 text without ',', '=', control
+// characters or leading/trailing spaces, so that the text form of a point
+// can always be read back.
+type Knob struct {
+	Name    string
+	Kind    KnobKind
+	Low     float64
+	High    float64
+	Step    float64
+	Log     bool
+	Choices []string
+	Value   string
+}
+
+// Space is a validated, immutable list of knobs. Knob order is part of the
+// space: it is the order of a point's text and JSON forms. A *Space is safe
+// for concurrent use.
+type Space struct {
+	knobs []Knob
+	// jsonNum[i] reports whether knob i (choice or fixed) has only
+	// JSON-number options, so that PointJSON writes them as numbers.
+	jsonNum []bool
+	// count[i] is the number of distinct values of knob i (0 if
+	// continuous).
+	count []int
+	// decimals[i] is how many decimals a stepped float knob's levels are
+	// rounded to: those of its low and step, so 0.1·3 is 0.3.
+	decimals []int
+}
+
+// NewSpace validates knobs and returns the space they define. It refuses,
+// with an error that names the knob and the fix: an empty list, a bad or
+// duplicate name, an empty range, a log scale with a non-positive low, a
+// step that does not divide the range, and an option or fixed value that
+// could not be read back from a point's text. Knobs are copied; Int knobs
+// with Step 0 get Step 1.
+func NewSpace(knobs []Knob) (*Space, error) {
+	if len(knobs) == 0 {
+		return nil, fmt.Errorf("study: space has no knobs (add at least one param)")
+	}
+	s := &Space{
+		knobs:    make([]Knob, len(knobs)),
+		jsonNum:  make([]bool, len(knobs)),
+		count:    make([]int, len(knobs)),
+		decimals: make([]int, len(knobs)),
+	}
+	seen := make(map[string]string, len(knobs))
+	for i, k := range knobs {
+		k.Choices = append([]string(nil), k.Choices...)
+		if err := checkName(k.Name); err != nil {
+			return nil, err
+		}
+		up := strings.ToUpper(k.Name)
+		if prev, ok := seen[up]; ok {
+			if prev == k.Name {
+				return nil, fmt.Errorf("study: param %q: defined twice (remove one)", k.Name)
+			}
+			return nil, fmt.Errorf("study: params %q and %q: differ only in case, so both would be SOMA_PARAM_%s (rename one)", prev, k.Name, up)
+		}
+		seen[up] = k.Name
+		if err := checkKnob(&k); err != nil {
+			return nil, err
+		}
+		s.knobs[i] = k
+		switch k.Kind {
+		case KnobInt, KnobFloat:
+			if k.Step > 0 {
+				s.count[i] = int(math.Round((k.High-k.Low)/k.Step)) + 1
+				s.decimals[i] = max(decimals(k.Low), decimals(k.Step))
+			}
+		case KnobChoice:
+			s.count[i] = len(k.Choices)
+			s.jsonNum[i] = allJSONNumbers(k.Choices)
+		case KnobFixed:
+			s.count[i] = 1
+			s.jsonNum[i] = allJSONNumbers([]string{k.Value})
+		}
+	}
+	return s, nil
+}
+
+func checkName(name string) error {
+	if name == "" {
+		return fmt.Errorf("study: a param has an empty name (name every param)")
+	}
+	if len(name) > maxNameLen {
+		return fmt.Errorf("study: param %q: name longer than %d bytes (shorten it)", name, maxNameLen)
+	}
+	for i, r := range name {
+		ok := r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (i > 0 && r >= '0' && r <= '9')
+		if !ok {
+			return fmt.Errorf("study: param %q: name may hold only letters, digits and '_', and must not start with a digit (it becomes SOMA_PARAM_<NAME> and {name}); %q is not allowed", name, r)
+		}
+	}
+	return nil
+}
+
+// checkText validates an option or fixed value: it must survive the text
+// form name=value,name=value and a record's meta unchanged.
+func checkText(name, what, v string) error {
+	switch {
+	case v == "":
+		return fmt.Errorf("study: param %q: %s is empty (give it text)", name, what)
+	case !utf8.ValidString(v):
+		return fmt.Errorf("study: param %q: %s %q is not valid UTF-8", name, what, v)
+	case strings.TrimSpace(v) != v:
+		return fmt.Errorf("study: param %q: %s %q has leading or trailing space (trim it)", name, what, v)
+	}
+	for _, r := range v {
+		switch {
+		case r == ',' || r == '=':
+			return fmt.Errorf("study: param %q: %s %q contains %q, which separates a point's text form (choose text without ',' or '=')", name, what, v, r)
+		case unicode.IsControl(r) || r == utf8.RuneError:
+			return fmt.Errorf("study: param %q: %s %q contains control character %U (remove it)", name, what, v, r)
+		}
+	}
+	return nil
+}
+
+func checkKnob(k *Knob) error {
+	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+	switch k.Kind {
+	case KnobInt, KnobFloat:
+		if len(k.Choices) > 0 || k.Value != "" {
+			return fmt.Errorf("study: param %q: %s takes low and high, not choices or a value (use type choice or fixed)", k.Name, k.Kind)
+		}
+		if !finite(k.Low) || !finite(k.High) {
+			return fmt.Errorf("study: param %q: low %v and high %v must be finite numbers", k.Name, k.Low, k.High)
+		}
+		if k.Low > k.High {
+			return fmt.Errorf("study: param %q: low %v > high %v (swap them)", k.Name, k.Low, k.High)
+		}
+		if !finite(k.Step) || k.Step < 0 {
+			return fmt.Errorf("study: param %q: step %v must be a positive number (or 0 for none)", k.Name, k.Step)
+		}
+	case KnobChoice:
+		if k.Low != 0 || k.High != 0 || k.Step != 0 || k.Log || k.Value != "" {
+			return fmt.Errorf("study: param %q: choice takes only choices (drop low, high, step, log and value)", k.Name)
+		}
+		if len(k.Choices) == 0 {
+			return fmt.Errorf("study: param %q: choice has no options (list at least one)", k.Name)
+		}
+		seen := make(map[string]bool, len(k.Choices))
+		for _, c := range k.Choices {
+			if err := checkText(k.Name, "option", c); err != nil {
+				return err
+			}
+			if seen[c] {
+				return fmt.Errorf("study: param %q: option %q listed twice (remove one)", k.Name, c)
+			}
+			seen[c] = true
+		}
+		return nil
+	case KnobFixed:
+		if k.Low != 0 || k.High != 0 || k.Step != 0 || k.Log || len(k.Choices) > 0 {
+			return fmt.Errorf("study: param %q: fixed takes only a value (drop low, high, step, log and choices)", k.Name)
+		}
+		return checkText(k.Name, "value", k.Value)
+	default:
+		return fmt.Errorf("study: param %q: kind %d is not int, float, choice or fixed (set a type)", k.Name, int(k.Kind))
+	}
+
+	if k.Kind == KnobInt {
+		if k.Step == 0 {
+			k.Step = 1
+		}
+		for _, x := range []struct {
+			what string
+			v    float64
+		}{{"low", k.Low}, {"high", k.High}, {"step", k.Step}} {
+			if x.v != math.Trunc(x.v) {
+				return fmt.Errorf("study: param %q: %s %v is not a whole number (use type float)", k.Name, x.what, x.v)
+			}
+			if math.Abs(x.v) > maxExactInt {
+				return fmt.Errorf("study: param %q: %s %v is beyond ±2^53 (use type float)", k.Name, x.what, x.v)
+			}
+		}
+		if math.Mod(k.High-k.Low, k.Step) != 0 {
+			return fmt.Errorf("study: param %q: high %v is not low %v plus a whole number of steps %v (set high to %v)",
+				k.Name, k.High, k.Low, k.Step, k.Low+math.Floor((k.High-k.Low)/k.Step)*k.Step)
+		}
+		if k.Log {
+			if k.Low < 1 {
+				return fmt.Errorf("study: param %q: log scale needs low ≥ 1, got %v (raise low or drop log)", k.Name, k.Low)
+			}
+			if k.Step != 1 {
+				return fmt.Errorf("study: param %q: log scale and step %v do not mix (drop one)", k.Name, k.Step)
+			}
+		}
+		return nil
+	}
+	// KnobFloat.
+	if k.Log {
+		if k.Low <= 0 {
+			return fmt.Errorf("study: param %q: log scale needs low > 0, got %v (raise low or drop log)", k.Name, k.Low)
+		}
+		if k.Step != 0 {
+			return fmt.Errorf("study: param %q: log scale and step %v do not mix (drop one)", k.Name, k.Step)
+		}
+	}
+	if k.Step > 0 {
+		n := (k.High - k.Low) / k.Step
+		if math.Abs(n-math.Round(n)) > 1e-9*math.Max(1, n) {
+			return fmt.Errorf("study: param %q: high %v is not low %v plus a whole number of steps %v (set high to %v)",
+				k.Name, k.High, k.Low, k.Step, k.Low+math.Floor(n)*k.Step)
+		}
+		if math.Round(n) >= maxExactInt {
+			return fmt.Errorf("study: param %q: step %v is too small for the range (drop step for a continuous knob)", k.Name, k.Step)
+		}
+	}
+	return nil
+}
+
+// allJSONNumbers reports whether every option is a JSON number literal.
+func allJSONNumbers(opts []string) bool {
+	for _, o := range opts {
+		if !isJSONNumber(o) {
+			return false
+		}
+	}
+	return true
+}
+
+// isJSONNumber reports whether s matches the JSON number grammar
+// (RFC 8259 §6) and is finite as a float64.
+func isJSONNumber(s string) bool {
+	i := 0
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	digits := func() int {
+		j := i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		return i - j
+	}
+	if i < len(s) && s[i] == '0' {
+		i++
+	} else if digits() == 0 {
+		return false
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i != len(s) {
+		return false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	return err == nil && !math.IsInf(f, 0)
+}
+
+// Knobs returns a copy of the space's knobs, in order.
+func (s *Space) Knobs() []Knob {
+	out := make([]Knob, len(s.knobs))
+	for i, k := range s.knobs {
+		k.Choices = append([]string(nil), k.Choices...)
+		out[i] = k
+	}
+	return out
+}
+
+// Len returns the number of knobs.
+func (s *Space) Len() int { return len(s.knobs) }
+
+// Size returns the number of distinct points and true when every knob is
+// discrete (int, float with a step, choice, fixed); otherwise (0, false).
+// A count that does not fit in an int saturates at math.MaxInt.
+func (s *Space) Size() (n int, finite bool) {
+	n = 1
+	for _, c := range s.count {
+		if c == 0 {
+			return 0, false
+		}
+		if n > math.MaxInt/c {
+			return math.MaxInt, true
+		}
+		n *= c
+	}
+	return n, true
+}
+
+// levels returns the value of knob i at grid level j (0 ≤ j < count[i]),
+// as a point holds it: the number for int/float, the option index for a
+// choice, 0 for fixed.
+func (s *Space) level(i, j int) float64 {
+	k := &s.knobs[i]
+	switch k.Kind {
+	case KnobInt, KnobFloat:
+		if j >= s.count[i]-1 {
+			return k.High
+		}
+		v := k.Low + float64(j)*k.Step
+		if k.Kind == KnobFloat {
+			// Round away the binary noise of j·step when the decimal
+			// forms of low and step are short (0.1·3 → 0.3).
+			if d := s.decimals[i]; d <= 17 {
+				if r, err := strconv.ParseFloat(strconv.FormatFloat(v, 'f', d, 64), 64); err == nil && math.Abs(r-v) <= 1e-9*k.Step {
+					v = r
+				}
+			}
+		}
+		return min(max(v, k.Low), k.High)
+	case KnobChoice:
+		return float64(j)
+	}
+	return 0
+}
+
+// decimals returns the number of digits after the point in x's shortest
+// decimal form.
+func decimals(x float64) int {
+	t := strconv.FormatFloat(math.Abs(x), 'f', -1, 64)
+	if _, frac, ok := strings.Cut(t, "."); ok {
+		return len(frac)
+	}
+	return 0
+}
+
+// suggest returns ` (did you mean "x"?)` for the candidate nearest to s by
+// edit distance (transpositions count one), or "" when none is close. On a
+// tie, a candidate with the same letters as s (a transposition) wins.
+func suggest(s string, candidates []string) string {
+	ls := strings.ToLower(s)
+	best, bestD, bestAnagram := "", -1, false
+	for _, c := range candidates {
+		lc := strings.ToLower(c)
+		d := editDistance(ls, lc)
+		an := sortedBytes(ls) == sortedBytes(lc)
+		if bestD < 0 || d < bestD || (d == bestD && an && !bestAnagram) {
+			best, bestD, bestAnagram = c, d, an
+		}
+	}
+	if bestD < 0 || bestD > max(2, len(s)/3) || bestD >= max(len(s), 1) {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+func sortedBytes(s string) string {
+	b := []byte(s)
+	slices.Sort(b)
+	return string(b)
+}
+
+// editDistance is the optimal-string-alignment distance between a and b,
+// by bytes: insertions, deletions, substitutions and adjacent
+// transpositions each cost one.
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			c := 1
+			if a[i-1] == b[j-1] {
+				c = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+c)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}

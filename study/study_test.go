@@ -1,0 +1,333 @@
+package study
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/soma-hpc/soma/fsstore"
+)
+
+// recStore returns a new store in a temp folder.
+func recStore(t testing.TB) *fsstore.Store {
+	t.Helper()
+	st, err := fsstore.Open(filepath.Join(t.TempDir(), "root"), fsstore.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// recSpec builds a spec from flags, failing the test on error.
+func recSpec(t testing.TB, params []string, dir, sampler, pruner string, budget int) *Spec {
+	t.Helper()
+	sp, err := SpecFromFlags(params, dir, sampler, pruner, budget, 7)
+	if err != nil {
+		t.Fatalf("SpecFromFlags: %v", err)
+	}
+	return sp
+}
+
+// recContinuous is a continuous space (no point dedup).
+var recContinuous = []string{"x=float:-5:5", "y=float:0:1"}
+
+func recOpen(t testing.TB, st Store, name string, spec *Spec, grace time.Duration) *Study {
+	t.Helper()
+	s, err := Open(context.Background(), st, name, spec, Options{Grace: grace})
+	if err != nil {
+		t.Fatalf("Open(%s): %v", name, err)
+	}
+	return s
+}
+
+var recWho = Who{Host: "testhost", PID: 1, Job: "99_1"}
+
+func TestOpen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := recStore(t)
+	spec := recSpec(t, recContinuous, "minimize", "random", "none", 10)
+
+	t.Run("no study", func(t *testing.T) {
+		_, err := Open(ctx, st, "absent", nil, Options{})
+		if !errors.Is(err, ErrNoStudy) {
+			t.Fatalf("Open(nil spec) = %v, want ErrNoStudy", err)
+		}
+	})
+	t.Run("create then join", func(t *testing.T) {
+		a := recOpen(t, st, "s", spec, 0)
+		b := recOpen(t, st, "s", nil, 0)
+		if string(b.Spec().Canonical()) != string(a.Spec().Canonical()) {
+			t.Errorf("joined spec differs:\n%s\nwant\n%s", b.Spec().Canonical(), a.Spec().Canonical())
+		}
+		if b.Direction() != Minimize {
+			t.Errorf("Direction() = %v, want minimize", b.Direction())
+		}
+		recOpen(t, st, "s", recSpec(t, recContinuous, "minimize", "random", "none", 10), 0)
+	})
+	t.Run("changed spec refused with diff", func(t *testing.T) {
+		other := recSpec(t, []string{"x=float:-5:6", "y=float:0:1"}, "minimize", "random", "none", 20)
+		_, err := Open(ctx, st, "s", other, Options{})
+		var me *SpecMismatchError
+		if !errors.As(err, &me) || !errors.Is(err, ErrSpecMismatch) {
+			t.Fatalf("Open(changed spec) = %v, want *SpecMismatchError", err)
+		}
+		for _, want := range []string{"budget: 10 → 20", "param.x.high: 5 → 6"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not show %q", err, want)
+			}
+		}
+	})
+	t.Run("bad name", func(t *testing.T) {
+		for _, name := range []string{"", "../x", "a/b", ".hidden", "sp ace"} {
+			if _, err := Open(ctx, st, name, spec, Options{}); err == nil {
+				t.Errorf("Open(%q) succeeded, want an error", name)
+			}
+		}
+	})
+}
+
+func TestOpenConcurrentCreate(t *testing.T) {
+	t.Parallel()
+	st := recStore(t)
+	spec := recSpec(t, recContinuous, "minimize", "random", "none", 10)
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			_, err := Open(context.Background(), st, "s", spec, Options{})
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Errorf("Open: %v", err)
+		}
+	}
+}
+
+// A typo is caught where it was typed, before anything is written.
+func TestSpecTypoWritesNothing(t *testing.T) {
+	t.Parallel()
+	st := recStore(t)
+	_, err := ParseSpec([]byte("direction = \"minimize\"\nbudgte = 10\n[param]\nx = \"float:0:1\"\n"))
+	if err == nil {
+		t.Fatal("ParseSpec accepted a typo")
+	}
+	if !strings.Contains(err.Error(), "budget") {
+		t.Errorf("error %q does not suggest budget", err)
+	}
+	got, err := List(context.Background(), st)
+	if err != nil || len(got) != 0 {
+		t.Errorf("List = %v, %v; want nothing", got, err)
+	}
+}
+
+func TestDirectionUnknownNeverGuesses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := recStore(t)
+	s := recOpen(t, st, "nodir", recSpec(t, recContinuous, "", "random", "none", 3), 0)
+	if s.Direction() != DirectionUnknown {
+		t.Fatalf("Direction() = %v, want unknown", s.Direction())
+	}
+	run, err := s.Next(ctx, recWho)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Claimed and never reported: it still says which way it looked.
+	snap, err := s.Trials(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := snap.Trials[0].Direction; got != DirectionUnknown {
+		t.Errorf("claimed record direction = %v, want unknown", got)
+	}
+	if err := run.Finish(ctx, StateDone, 1.5, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Best(ctx); !errors.Is(err, ErrNoDirection) {
+		t.Errorf("Best = %v, want ErrNoDirection", err)
+	}
+	b, err := st.Resolve(ctx, run.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Meta.Value(keyDir); got != "unknown" {
+		t.Errorf("record dir = %q, want unknown", got)
+	}
+}
+
+func TestTwoStudiesOneRoot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := recStore(t)
+	a := recOpen(t, st, "a", recSpec(t, recContinuous, "minimize", "random", "none", 2), 0)
+	b := recOpen(t, st, "b", recSpec(t, []string{"z=int:0:100"}, "maximize", "random", "none", 3), 0)
+	for _, s := range []*Study{a, b} {
+		for {
+			run, err := s.Next(ctx, recWho)
+			if errors.Is(err, ErrBudgetReached) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := run.Finish(ctx, StateDone, float64(run.Number()), ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		s    *Study
+		n    int
+		best float64
+	}{{a, 2, 0}, {b, 3, 2}} {
+		snap, err := tc.s.Trials(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(snap.Trials) != tc.n {
+			t.Errorf("study %s: %d trials, want %d", tc.s.Name(), len(snap.Trials), tc.n)
+		}
+		best, err := snap.Best()
+		if err != nil || best.Score != tc.best {
+			t.Errorf("study %s: Best = %v, %v; want score %v", tc.s.Name(), best.Score, err, tc.best)
+		}
+	}
+	got, err := List(ctx, st)
+	if err != nil || strings.Join(got, ",") != "a,b" {
+		t.Errorf("List = %v, %v; want [a b]", got, err)
+	}
+}
+
+// writeRaw puts a file straight into the store's names folder, as a stray
+// tool or a damaged disk would.
+func writeRaw(t *testing.T, st *fsstore.Store, name, content string) {
+	t.Helper()
+	p := filepath.Join(st.Root(), "names", filepath.FromSlash(name))
+	if err := os.MkdirAll(filepath.Dir(p), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o666); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestForeignNamesAreNotTrials(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := recStore(t)
+	s := recOpen(t, st, "s", recSpec(t, recContinuous, "minimize", "random", "none", 3), 0)
+	d, err := st.Put(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := fsstore.Meta{{Key: "kind", Value: "trial"}, {Key: "state", Value: "done"}, {Key: "score", Value: "-100"}}
+	for _, name := range []string{
+		"study/s/trial/abc/0", // not a number
+		"study/s/trial/01/0",  // leading zero
+		"study/s/trial/1/x",   // attempt not a number
+		"study/s/trial/2/00",  // leading zero
+		"study/s/notes",       // beside the trials
+		"study/s/trial-backup/0/0",
+		"study/orphan/trial/0/0", // a folder with no study record
+		"other/study/s/trial/0/0",
+		"study/s/trial/3/0/extra", // too deep (a folder where an attempt goes)
+	} {
+		if _, err := st.Bind(ctx, name, d, meta); err != nil {
+			t.Fatalf("Bind(%s): %v", name, err)
+		}
+	}
+	run, err := s.Next(ctx, recWho)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Number() != 0 {
+		t.Errorf("Next took trial %d, want 0", run.Number())
+	}
+	if err := run.Finish(ctx, StateDone, 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := s.Trials(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Trials) != 1 || snap.Trials[0].Score != 1 {
+		t.Errorf("Trials = %+v, want trial 0 only", snap.Trials)
+	}
+	if snap.Foreign < 4 {
+		t.Errorf("Foreign = %d, want at least 4", snap.Foreign)
+	}
+	got, err := List(ctx, st)
+	if err != nil || strings.Join(got, ",") != "s" {
+		t.Errorf("List = %v, %v; want [s]", got, err)
+	}
+}
+
+func TestCorruptRecordCountedAndRetried(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := recStore(t)
+	s := recOpen(t, st, "s", recSpec(t, recContinuous, "minimize", "random", "none", 3), 0)
+	for range 3 {
+		run, err := s.Next(ctx, recWho)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := run.Finish(ctx, StateDone, float64(run.Number()), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A fresh reader (the damaged trial is not cached as ended).
+	writeRaw(t, st, "study/s/trial/1/0", "soma-record 1\ndigest garbage\n")
+	r := recOpen(t, st, "s", nil, 0)
+	snap, err := r.Trials(ctx)
+	if err != nil {
+		t.Fatalf("Trials: %v", err)
+	}
+	if len(snap.Trials) != 2 || len(snap.Corrupt) != 1 {
+		t.Fatalf("Trials: %d records, %d corrupt; want 2 and 1", len(snap.Trials), len(snap.Corrupt))
+	}
+	var ce *fsstore.CorruptError
+	if !errors.As(snap.Corrupt[0], &ce) {
+		t.Errorf("Corrupt[0] = %v, want a *fsstore.CorruptError", snap.Corrupt[0])
+	}
+	// A record whose point is not of this space is refused whole.
+	d, _ := st.Put(ctx, []byte("{}"))
+	f := fields{state: StateDone, pointText: "x=1,q=2", dir: Minimize, score: -50, hasScore: true, step: -1, from: -1}
+	if _, err := st.Bind(ctx, "study/s/trial/2/1", d, f.meta()); err != nil {
+		t.Fatal(err)
+	}
+	r = recOpen(t, st, "s", nil, 0)
+	snap, err = r.Trials(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var re *RecordError
+	if len(snap.Corrupt) != 2 || !errors.As(snap.Corrupt[1], &re) {
+		t.Fatalf("Corrupt = %v, want the damaged record and the foreign point", snap.Corrupt)
+	}
+	if best, err := snap.Best(); err != nil || best.Score != 0 {
+		t.Errorf("Best = %v, %v; want trial 0 (score 0), not the foreign -50", best.Score, err)
+	}
+	// The unreadable trials are retried: attempt 1 of trial 1, attempt 2 of trial 2.
+	for _, want := range [][2]int{{1, 1}, {2, 2}} {
+		run, err := r.Next(ctx, recWho)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run.Number() != want[0] || run.Attempt() != want[1] {
+			t.Errorf("Next = trial %d attempt %d, want %d/%d", run.Number(), run.Attempt(), want[0], want[1])
+		}
+		if err := run.Finish(ctx, StateDone, 10, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.Next(ctx, recWho); !errors.Is(err, ErrBudgetReached) {
+		t.Errorf("Next = %v, want ErrBudgetReached", err)
+	}
+}

@@ -1,0 +1,426 @@
+package study
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/soma-hpc/soma/fsstore"
+)
+
+// Meta keys of a point claim (study/<s>/point/<digest of the point text>).
+const (
+	kindPoint = "point"
+	keyTrial  = "trial"
+)
+
+// maxReasks bounds how many alternatives Take asks the sampler for when
+// the proposals for a trial of a discrete space are held by other trials.
+func maxReasks(size int) int { return min(max(64, 4*size), 100000) }
+
+// Next claims the next trial this process should run and returns its Run.
+//
+// Retries come first, lowest trial number first: a trial whose latest
+// attempt is stale (no heartbeat for the grace period), interrupted,
+// unreadable, or failed with retries left is retried by claiming its next
+// attempt, with the same point. Then new trials, from the lowest free
+// number below Limit, each with the point the sampler proposes for that
+// number. A claim is link(2): of any number of processes on any number of
+// machines, exactly one gets a given attempt, and the others move on.
+//
+// It returns ErrBudgetReached when every trial of the budget has ended,
+// ErrNoWork when nothing is claimable now but trials are still running
+// (they may end, or go stale and become claimable: a runner that wants to
+// finish the budget waits and calls Next again), and ErrSpaceExhausted
+// when a discrete space has no free point left.
+func (s *Study) Next(ctx context.Context, who Who) (*Run, error) {
+	snap, err := s.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range snap.Trials {
+		if !s.retryable(&r) {
+			continue
+		}
+		run, err := s.retry(ctx, r.Number, r.Attempt, &r, who)
+		if err == nil || !errors.Is(err, ErrTaken) {
+			return run, err
+		}
+	}
+	for _, n := range sortedKeys(snap.broken) {
+		if _, ok := snap.Trial(n); ok {
+			continue
+		}
+		run, err := s.retry(ctx, n, snap.broken[n], nil, who)
+		if err == nil || !errors.Is(err, ErrTaken) {
+			return run, err
+		}
+	}
+	h := s.historyFor(snap)
+	// Trial numbers are never given back, so the numbers below the first
+	// one this process found free are never free again.
+	s.mu.Lock()
+	low := s.lowFree
+	s.mu.Unlock()
+	for n := low; n < s.limit; n++ {
+		if snap.has(n) {
+			if n == low {
+				low++
+				s.mu.Lock()
+				s.lowFree = max(s.lowFree, low)
+				s.mu.Unlock()
+			}
+			continue
+		}
+		run, err := s.claimNew(ctx, n, who, h)
+		if err == nil || !errors.Is(err, ErrTaken) {
+			return run, err
+		}
+	}
+	ended, running := 0, 0
+	wait := s.grace
+	for _, r := range snap.Trials {
+		switch {
+		case r.Number >= s.limit:
+		case r.Final(s.spec.MaxRetries):
+			ended++
+		default:
+			running++
+			if r.State == StateRunning {
+				// The earliest moment this attempt could be seen stale.
+				wait = min(wait, max(0, s.grace-snap.Now.Sub(r.Time)))
+			}
+		}
+	}
+	if ended == s.limit {
+		return nil, fmt.Errorf("%w: study %s: all %d trials ended", ErrBudgetReached, s.name, s.limit)
+	}
+	// Trials still running, or folders listed without a readable record
+	// yet (being taken right now, or a listing that lags).
+	return nil, &NoWorkError{Study: s.name, Ended: ended, Running: running, Limit: s.limit, RetryAfter: wait}
+}
+
+// NoWorkError is Next's answer when nothing is claimable now but the
+// budget has not ended: some trials are running elsewhere. errors.Is
+// ErrNoWork. A runner that wants to see the budget through (and retry
+// attempts that go stale) sleeps RetryAfter and calls Next again; one
+// that only helps while there is work exits.
+type NoWorkError struct {
+	Study          string
+	Ended, Running int
+	Limit          int
+	// RetryAfter is how long until the first running attempt could be
+	// seen stale, if its runner stops beating now (at most the grace
+	// period).
+	RetryAfter time.Duration
+}
+
+func (e *NoWorkError) Error() string {
+	return fmt.Sprintf("study %s: no claimable trial now: %d of %d trials ended, %d running elsewhere", e.Study, e.Ended, e.Limit, e.Running)
+}
+
+func (e *NoWorkError) Is(target error) bool { return target == ErrNoWork }
+
+func sortedKeys(m map[int]int) []int { return slices.Sorted(maps.Keys(m)) }
+
+// historyFor returns snap's History for the sampler, or an empty one for
+// the samplers whose proposal depends only on the trial number, which
+// saves converting every record on each Next.
+func (s *Study) historyFor(snap *Snapshot) History {
+	switch s.sampler.(type) {
+	case *RandomSampler, *SobolSampler, GridSampler:
+		return History{Direction: snap.Direction}
+	}
+	return snap.History()
+}
+
+// retryable reports whether r's trial may be taken again: its latest
+// attempt is stale, interrupted, or failed with retries left.
+func (s *Study) retryable(r *Record) bool {
+	switch r.State {
+	case StateStale, StateInterrupted:
+		return true
+	case StateFailed:
+		return r.Failures < s.spec.MaxRetries
+	}
+	return false
+}
+
+// Take claims exactly trial n, for a runner told which trial to run (one
+// trial per Slurm array task). A trial nobody has taken is claimed as
+// attempt 0 with the sampler's point; a trial whose latest attempt is
+// stale, interrupted, or failed with retries left is retried with its
+// point. Otherwise Take returns a *TakenError (errors.Is ErrTaken) saying
+// who holds it or how it ended. A trial number outside [0, Limit) is an
+// error that wraps ErrBudgetReached.
+func (s *Study) Take(ctx context.Context, n int, who Who) (*Run, error) {
+	if n < 0 || n >= s.limit {
+		return nil, fmt.Errorf("%w: study %s runs trials 0 to %d; trial %d is outside (raise the budget in a new study, or pick another trial)", ErrBudgetReached, s.name, s.limit-1, n)
+	}
+	snap, err := s.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if r, ok := snap.Trial(n); ok {
+		if !s.retryable(&r) {
+			return nil, &TakenError{Study: s.name, Trial: n, Attempt: r.Attempt, State: r.State, Who: r.Who}
+		}
+		return s.retry(ctx, n, r.Attempt, &r, who)
+	}
+	if a, ok := snap.broken[n]; ok {
+		return s.retry(ctx, n, a, nil, who)
+	}
+	return s.claimNew(ctx, n, who, s.historyFor(snap))
+}
+
+// blobForEmpty returns the digest of the curve blob of an attempt that has
+// reported nothing, storing it on first use. It is the same bytes for
+// every attempt, so it is stored once per store.
+func (s *Study) blobForEmpty(ctx context.Context) (fsstore.Digest, error) {
+	s.mu.Lock()
+	d := s.emptyBlob
+	s.mu.Unlock()
+	if !d.IsZero() {
+		return d, nil
+	}
+	b, _ := encodeCurve(nil, "")
+	d, err := s.store.Put(ctx, b)
+	if err != nil {
+		return d, fmt.Errorf("study %s: %w", s.name, err)
+	}
+	s.mu.Lock()
+	s.emptyBlob = d
+	s.curves[d] = curveBlob{Version: RecordVersion, Curve: []Step{}}
+	s.mu.Unlock()
+	return d, nil
+}
+
+// claimNew claims attempt 0 of trial n with the sampler's point.
+func (s *Study) claimNew(ctx context.Context, n int, who Who, h History) (*Run, error) {
+	name := s.names.attempt(n, 0)
+	// A cheap look first (an open, no write): a trial another process has
+	// just taken is skipped without paying for a claim. The claim below
+	// decides; this only saves work.
+	if b, err := s.store.Resolve(ctx, name); err == nil {
+		te := &TakenError{Study: s.name, Trial: n, State: StateRunning}
+		if r, err := decodeRecord(s.name, s.spec.Space, n, 0, b); err == nil {
+			te.State, te.Who = r.State, r.Who
+		}
+		return nil, te
+	} else if !errors.Is(err, fsstore.ErrNotFound) {
+		var ce *fsstore.CorruptError
+		if !errors.As(err, &ce) {
+			return nil, fmt.Errorf("study %s: take trial %d: %w", s.name, n, err)
+		}
+		return nil, &TakenError{Study: s.name, Trial: n, State: StateRunning}
+	}
+	p, sub, err := s.propose(ctx, n, 0, h)
+	if err != nil {
+		return nil, err
+	}
+	run, err := s.claimAttempt(ctx, n, 0, p, 0, who)
+	if err != nil {
+		return nil, err
+	}
+	if err := run.holdPoint(ctx, sub, h); err != nil {
+		return nil, err
+	}
+	return run, nil
+}
+
+// retry claims attempt prev+1 of trial n. latest is attempt prev's record,
+// or nil when it could not be read (its point is then asked again).
+func (s *Study) retry(ctx context.Context, n, prev int, latest *Record, who Who) (*Run, error) {
+	fails := 0
+	var p Point
+	if latest != nil {
+		fails = latest.Failures
+		if latest.State == StateFailed {
+			fails++
+		}
+		p = latest.Point
+	}
+	var h History
+	if p.IsZero() {
+		snap, err := s.snapshot(ctx)
+		if err != nil {
+			return nil, err
+		}
+		h = s.historyFor(snap)
+		if p, _, err = s.propose(ctx, n, 0, h); err != nil {
+			return nil, err
+		}
+	}
+	run, err := s.claimAttempt(ctx, n, prev+1, p, fails, who)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.highest[n] = max(s.highest[n], prev+1)
+	s.mu.Unlock()
+	if latest != nil && latest.State == StateStale {
+		// The stale attempt may have finished between our read and our
+		// claim. Both sides write, then read the other: its runner checks
+		// for our attempt after writing its result (Run.Finish), and we
+		// look at its record after our claim. If it ended, our attempt
+		// adopts its outcome rather than running the trial again.
+		if adopted, err := run.adopt(ctx, prev); err != nil || adopted {
+			if err != nil {
+				return nil, err
+			}
+			return nil, &TakenError{Study: s.name, Trial: n, Attempt: prev + 1, State: run.f.state, Who: run.f.who}
+		}
+	}
+	if err := run.holdPoint(ctx, 0, h); err != nil {
+		return nil, err
+	}
+	return run, nil
+}
+
+// claimAttempt claims study/<s>/trial/<n>/<a> as a running attempt.
+func (s *Study) claimAttempt(ctx context.Context, n, a int, p Point, fails int, who Who) (*Run, error) {
+	empty, err := s.blobForEmpty(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now, err := s.clock.now(ctx, s.store)
+	if err != nil {
+		return nil, fmt.Errorf("study %s: %w", s.name, err)
+	}
+	f := fields{
+		state: StateRunning, pointText: s.spec.Space.FormatPoint(p), dir: s.spec.Direction,
+		step: -1, fails: fails, who: who, start: now, from: -1,
+	}
+	name := s.names.attempt(n, a)
+	won, err := s.store.Claim(ctx, name, empty, f.meta())
+	if err != nil {
+		return nil, fmt.Errorf("study %s: take trial %d: %w", s.name, n, err)
+	}
+	if !won {
+		return nil, &TakenError{Study: s.name, Trial: n, Attempt: a, State: StateRunning}
+	}
+	return &Run{s: s, number: n, attempt: a, point: p, f: f, blob: empty}, nil
+}
+
+// propose asks the sampler for trial n's point. In a discrete space it
+// skips points that other trials hold: the sub-th alternative (sub ≥ 1)
+// for trial n is the sampler's proposal for trial n + sub·Limit, a number
+// no real trial has, so every process computes the same sequence of
+// alternatives. It returns the point and the sub it came from.
+func (s *Study) propose(ctx context.Context, n, from int, h History) (Point, int, error) {
+	size, _ := s.spec.Space.Size()
+	limit := maxReasks(size)
+	for sub := from; ; sub++ {
+		if err := ctx.Err(); err != nil {
+			return Point{}, 0, err
+		}
+		if sub > limit {
+			return Point{}, 0, fmt.Errorf("%w: study %s: %d proposals for trial %d were all held by other trials", ErrSpaceExhausted, s.name, limit, n)
+		}
+		virtual := n + sub*s.limit
+		s.askMu.Lock()
+		p, err := s.sampler.Ask(s.spec.Space, virtual, h)
+		s.askMu.Unlock()
+		if err != nil && sub > 0 {
+			// Index samplers (grid) have no alternatives past their range.
+			return Point{}, 0, fmt.Errorf("%w: study %s: no alternative for trial %d: %v", ErrSpaceExhausted, s.name, n, err)
+		}
+		if err != nil {
+			return Point{}, 0, fmt.Errorf("study %s: ask for trial %d: %w", s.name, n, err)
+		}
+		if !s.dedup {
+			return p, sub, nil
+		}
+		owner, err := s.pointOwner(ctx, p)
+		if err != nil {
+			return Point{}, 0, err
+		}
+		if owner < 0 || owner == n {
+			return p, sub, nil
+		}
+	}
+}
+
+// pointOwner returns the trial holding point p, or -1 if none does. A
+// point claim that cannot be read counts as held.
+func (s *Study) pointOwner(ctx context.Context, p Point) (int, error) {
+	b, err := s.store.Resolve(ctx, s.pointName(p))
+	if errors.Is(err, fsstore.ErrNotFound) {
+		return -1, nil
+	}
+	var ce *fsstore.CorruptError
+	if errors.As(err, &ce) {
+		return -2, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("study %s: point: %w", s.name, err)
+	}
+	t, ok := parseNumber(b.Meta.Value(keyTrial))
+	if !ok {
+		return -2, nil
+	}
+	return t, nil
+}
+
+func (s *Study) pointName(p Point) string {
+	return s.names.point(fsstore.Sum([]byte(s.spec.Space.FormatPoint(p))))
+}
+
+// holdPoint claims the run's point for its trial in a discrete space. If
+// another trial took it first, the run asks for the next alternative and
+// rewrites its record with it; if none is left, the attempt is recorded
+// failed for good and ErrSpaceExhausted returned.
+func (r *Run) holdPoint(ctx context.Context, sub int, h History) error {
+	s := r.s
+	if !s.dedup {
+		return nil
+	}
+	for {
+		meta := fsstore.Meta{
+			{Key: keyKind, Value: kindPoint},
+			{Key: keyVersion, Value: strconv.Itoa(RecordVersion)},
+			{Key: keyTrial, Value: strconv.Itoa(r.number)},
+			{Key: keyPoint, Value: r.f.pointText},
+		}
+		won, err := s.store.Claim(ctx, s.pointName(r.point), r.blob, meta)
+		if err != nil {
+			return fmt.Errorf("study %s: trial %d: hold point: %w", s.name, r.number, err)
+		}
+		if won {
+			return nil
+		}
+		owner, err := s.pointOwner(ctx, r.point)
+		if err != nil {
+			return err
+		}
+		if owner == r.number {
+			return nil // a retry of the trial that holds it
+		}
+		p, next, err := s.propose(ctx, r.number, sub+1, h)
+		if err != nil {
+			if errors.Is(err, ErrSpaceExhausted) {
+				r.mu.Lock()
+				f := r.f
+				f.state, f.fails = StateFailed, s.spec.MaxRetries
+				_, werr := r.write(ctx, f, nil, "no free point left in the discrete space")
+				r.finished = true
+				r.mu.Unlock()
+				return errors.Join(err, werr)
+			}
+			return err
+		}
+		sub = next
+		r.mu.Lock()
+		r.point = p
+		r.f.pointText = s.spec.Space.FormatPoint(p)
+		_, err = r.write(ctx, r.f, nil, "")
+		r.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+}
