@@ -215,7 +215,7 @@ func jobInfo(r map[string]string) (JobInfo, error) {
 	if v, ok := r["Restarts"]; ok {
 		n, err := parseUint(v, 1<<31-1)
 		if err != nil {
-			return JobInfo{}, fmt.Errorf("Restarts %q: not a count", v)
+			return JobInfo{}, fmt.Errorf("restarts %q: not a count", v)
 		}
 		j.Restarts = int(n)
 	}

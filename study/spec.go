@@ -525,7 +525,7 @@ func knobFromValue(name string, v any) (Knob, error) {
 			return k, err
 		}
 		if !vok {
-			return k, fmt.Errorf("study: param.%s: fixed needs value = ...", name)
+			return k, fmt.Errorf("study: param.%s: fixed needs a value (value = 10)", name)
 		}
 	}
 	if err := o.done(allowed); err != nil {
@@ -843,13 +843,13 @@ func (o *opts) done(allowed []string) error {
 // doneFor is done for a sampler or pruner section: a key that belongs to
 // another sampler or pruner says which.
 func (o *opts) doneFor(section, name string, allowed, names []string, keysOf func(string) []string) error {
-	for _, k := range o.unused() {
+	if unused := o.unused(); len(unused) > 0 {
+		k := unused[0] // explain the first stray key; done lists them all
 		for _, other := range names {
 			if slices.Contains(keysOf(other), k) && other != name {
 				return fmt.Errorf("study: %s: applies to %s %s, not %s (remove it or set name = %q)", o.key(k), section, other, name, other)
 			}
 		}
-		break
 	}
 	return o.done(allowed)
 }
