@@ -239,7 +239,7 @@ func showJobCases(t testing.TB) []showJobCase {
 		{name: "bad JobId", in: "JobId=x JobState=RUNNING\n", wantErr: `job id "x"`},
 		{name: "bad ArrayJobId", in: "JobId=5 ArrayJobId=0 ArrayTaskId=1\n", wantErr: "ArrayJobId"},
 		{name: "bad ArrayTaskId", in: "JobId=5 ArrayJobId=4 ArrayTaskId=x\n", wantErr: `ArrayTaskId "x"`},
-		{name: "bad Restarts", in: "JobId=5 Restarts=-1\n", wantErr: `Restarts "-1"`},
+		{name: "bad Restarts", in: "JobId=5 Restarts=-1\n", wantErr: `restarts "-1"`},
 		{name: "bad JobState", in: "JobId=5 JobState=running\n", wantErr: `JobState "running"`},
 	}
 }
