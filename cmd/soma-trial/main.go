@@ -198,6 +198,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
 	defer signal.Stop(sig)
 	err := newApp(stdout, stderr, sig).RunContext(ctx, args)
+	if err == nil {
+		// A signal that came after the loop's last trial (Slurm's time
+		// limit as the budget completes) still means "you were stopped".
+		select {
+		case s := <-sig:
+			err = fmt.Errorf("%w by %s after the loop ended", trialrun.ErrInterrupted, s)
+		default:
+		}
+	}
 	var ue usageError
 	switch {
 	case err == nil:

@@ -346,6 +346,24 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 		}
 		return res, nil
 	}
+	// Killed by a stop signal that soma-trial did not send: Slurm signals
+	// every process of a task at once (proctrack/cgroup on scancel and at
+	// the time limit), so the objective may die before soma-trial's own
+	// signal is handled. That is an interruption, not the objective's
+	// fault. (Bug: it used to be recorded failed, using up a retry or
+	// losing the trial with max_retries = 0.)
+	if sig, ok := killedBy(werr); ok && isStopSignal(sig) {
+		select {
+		case s := <-stop:
+			if s.Kind == StopSuperseded {
+				res.Outcome, res.Reason = Superseded, "superseded by a newer attempt"
+				return res, nil
+			}
+		case <-time.After(500 * time.Millisecond):
+		}
+		res.Outcome, res.Reason = Interrupted, "interrupted: the objective was killed by "+sig.String()
+		return res, nil
+	}
 	res.Outcome = Failed
 	switch {
 	case res.ExitCode != 0:
@@ -377,6 +395,27 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	}
 	res.Outcome = Done
 	return res, nil
+}
+
+func killedBy(err error) (syscall.Signal, bool) {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return ws.Signal(), true
+		}
+	}
+	return 0, false
+}
+
+// isStopSignal reports whether sig is one a scheduler or a person sends
+// to stop a job (as opposed to a crash: SIGSEGV, SIGABRT, or the
+// OOM killer's SIGKILL, which count as failures).
+func isStopSignal(sig syscall.Signal) bool {
+	switch sig {
+	case syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGQUIT:
+		return true
+	}
+	return false
 }
 
 func exitReason(err error) string {

@@ -158,6 +158,20 @@ func TestTimeoutAndSignals(t *testing.T) {
 			t.Errorf("objective saw signal %q, want 10 (SIGUSR1)", got)
 		}
 	})
+	t.Run("killed by SIGTERM from outside is interrupted, not failed", func(t *testing.T) {
+		// Slurm's scancel signals the objective directly, maybe before
+		// soma-trial hears of it.
+		r := run(t, Options{Argv: py(t, "report(0, 1.0)\nos.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(5)\n")}, nil)
+		if r.Outcome != Interrupted || !strings.Contains(r.Reason, "terminated") {
+			t.Errorf("outcome %s (%s), want interrupted", r.Outcome, r.Reason)
+		}
+	})
+	t.Run("a crash signal is a failure", func(t *testing.T) {
+		r := run(t, Options{Argv: py(t, "os.kill(os.getpid(), signal.SIGSEGV)\ntime.sleep(5)\n")}, nil)
+		if r.Outcome != Failed || !strings.Contains(r.Reason, "segmentation") {
+			t.Errorf("outcome %s (%s), want failed", r.Outcome, r.Reason)
+		}
+	})
 	t.Run("superseded", func(t *testing.T) {
 		stop := make(chan Stop, 1)
 		stop <- Stop{Kind: StopSuperseded}

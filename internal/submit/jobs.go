@@ -1,0 +1,138 @@
+package submit
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/slurm"
+	"github.com/soma-hpc/soma/study"
+)
+
+// JobsOptions modify Jobs.
+type JobsOptions struct {
+	// Slurm runs squeue; the zero Client finds it on PATH.
+	Slurm slurm.Client
+	// Offline reads the records only and asks Slurm nothing.
+	Offline bool
+}
+
+// Job is a recorded submission and, when Slurm answered, its tasks.
+type Job struct {
+	Submission
+	// Tasks are the job's squeue lines, when Slurm answered for it: one
+	// per array task that has started (or ended, within MinJobAge), and
+	// one for the array's tasks still pending (see slurm.Task.IsRemainder).
+	Tasks []slurm.Task
+	// Asked reports whether squeue answered for this job (Tasks or
+	// Forgotten is then its answer).
+	Asked bool
+	// Forgotten reports that Slurm answered but does not know the job: it
+	// ended more than MinJobAge ago (300 s by default), or it was
+	// submitted to another cluster than the one this machine asks.
+	Forgotten bool
+}
+
+// Counts returns how many of the job's tasks are in each Slurm state
+// (PENDING, RUNNING, COMPLETED, FAILED...). A pending remainder line
+// counts as all the tasks it stands for. It is empty unless Asked, and
+// for a Forgotten job.
+func (j Job) Counts() map[string]int {
+	c := map[string]int{}
+	for _, t := range j.Tasks {
+		n := 1
+		if t.IsRemainder() {
+			if a, err := slurm.ParseArray(t.ArrayTask); err == nil {
+				n = a.Len()
+			}
+		}
+		c[t.State] += n
+	}
+	return c
+}
+
+// Active reports whether Slurm lists a task of the job that has not ended
+// (pending, running, completing, suspended...).
+func (j Job) Active() bool {
+	for _, t := range j.Tasks {
+		if !t.Ended() {
+			return true
+		}
+	}
+	return false
+}
+
+// JobList is the Slurm jobs submitted for a study.
+type JobList struct {
+	Study string
+	// Jobs are the readable records, by submission time, then job id.
+	Jobs []Job
+	// Corrupt lists the records under study/<study>/slurm that could not
+	// be read; they are reported, never returned in Jobs.
+	Corrupt []error
+	// Live reports that squeue answered for every job. When it is false
+	// and the query was not Offline, LiveErr says why;
+	// errors.Is(LiveErr, slurm.ErrUnavailable) means Slurm cannot be
+	// reached from this machine (not installed, no configuration,
+	// slurmctld down), which is normal on a laptop.
+	Live    bool
+	LiveErr error
+}
+
+// Jobs returns the Slurm jobs recorded for study studyName in store and,
+// unless opts.Offline, asks squeue for each job's tasks. Slurm's absence
+// or failure is not an error of Jobs: the records are returned with Live
+// false and LiveErr set, and squeue is not asked again after it failed
+// once (it may take seconds to give up). Jobs returns an error only when
+// the store cannot be read or ctx ends. A study without submissions has
+// an empty list; the study itself need not exist.
+func Jobs(ctx context.Context, store *fsstore.Store, studyName string, opts JobsOptions) (JobList, error) {
+	if err := study.ValidateName(studyName); err != nil {
+		return JobList{}, fmt.Errorf("submit: %w", err)
+	}
+	bound, corrupt, err := store.Scan(ctx, prefix(studyName))
+	if err != nil {
+		return JobList{}, fmt.Errorf("submit: jobs of %s: %w", studyName, err)
+	}
+	l := JobList{Study: studyName}
+	for _, c := range corrupt {
+		l.Corrupt = append(l.Corrupt, c)
+	}
+	for _, b := range bound {
+		s, err := decodeSubmission(studyName, b)
+		if err != nil {
+			l.Corrupt = append(l.Corrupt, err)
+			continue
+		}
+		l.Jobs = append(l.Jobs, Job{Submission: s})
+	}
+	slices.SortFunc(l.Jobs, func(a, b Job) int {
+		if c := a.Submitted.Compare(b.Submitted); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Job, b.Job)
+	})
+	if opts.Offline {
+		return l, nil
+	}
+	l.Live = true
+	for i := range l.Jobs {
+		j := &l.Jobs[i]
+		tasks, err := opts.Slurm.Tasks(ctx, j.Job)
+		switch {
+		case err == nil:
+			j.Tasks, j.Asked = tasks, true
+		case errors.Is(err, slurm.ErrUnknownJob):
+			j.Forgotten, j.Asked = true, true
+		case ctx.Err() != nil:
+			return JobList{}, fmt.Errorf("submit: jobs of %s: %w", studyName, ctx.Err())
+		default:
+			l.Live, l.LiveErr = false, err
+			return l, nil
+		}
+	}
+	return l, nil
+}
