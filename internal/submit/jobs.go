@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/soma-hpc/soma/fsstore"
 	"github.com/soma-hpc/soma/slurm"
@@ -135,4 +136,36 @@ func Jobs(ctx context.Context, store *fsstore.Store, studyName string, opts Jobs
 		}
 	}
 	return l, nil
+}
+
+// Lines summarises the list for a status view, one line per job, like
+// "job 4242 (array 0-63%8): 8 running, 40 pending, 16 completed"; nil
+// when nothing was submitted.
+func (l JobList) Lines() []string {
+	var out []string
+	for _, j := range l.Jobs {
+		arr := ""
+		if j.Array != "" {
+			arr = " (array " + j.Array + ")"
+		}
+		state := "state unknown (squeue not reachable)"
+		switch {
+		case j.Forgotten:
+			state = "ended"
+		case j.Asked:
+			counts := j.Counts()
+			keys := make([]string, 0, len(counts))
+			for k := range counts {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			parts := make([]string, 0, len(keys))
+			for _, k := range keys {
+				parts = append(parts, fmt.Sprintf("%d %s", counts[k], strings.ToLower(k)))
+			}
+			state = strings.Join(parts, ", ")
+		}
+		out = append(out, fmt.Sprintf("job %s%s: %s", j.Job, arr, state))
+	}
+	return out
 }

@@ -198,11 +198,11 @@ func main() {
 			med["soma/"+mode.name] = m
 			om := median(opt[tf.name+"/"+mode.name])
 			med["optuna/"+mode.name] = om
-			fmt.Printf("| %s | %s | %.4f | %s | %.4f |\n", tf.name, mode.name, m, fmtNaN(om), tf.optimum)
+			fmt.Printf("| %s | %s | %.4f | %s | %.4f |\n", tf.name, mode.name, m, fmtNaN("%.4f", om), tf.optimum)
 		}
 		pens = append(pens, pen{tf.name,
 			fmt.Sprintf("%+.4f", med["soma/parallel4"]-med["soma/sequential"]),
-			fmtNaN(med["optuna/parallel4"] - med["optuna/sequential"])})
+			fmtNaN("%+.4f", med["optuna/parallel4"]-med["optuna/sequential"])})
 	}
 	fmt.Println()
 	fmt.Println("| function | soma parallel penalty | optuna parallel penalty |")
@@ -213,9 +213,10 @@ func main() {
 	fmt.Fprintf(os.Stderr, "soma side took %v\n", time.Since(start).Round(time.Millisecond))
 }
 
-func fmtNaN(x float64) string {
+// fmtNaN formats x, or "n/a" when there is no Optuna result.
+func fmtNaN(format string, x float64) string {
 	if math.IsNaN(x) {
 		return "n/a"
 	}
-	return strings.TrimSpace(fmt.Sprintf("%+.4f", x))
+	return fmt.Sprintf(format, x)
 }

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"github.com/urfave/cli/v2"
+
+	"github.com/soma-hpc/soma/internal/status"
+)
+
+const bestDescription = `Prints the best done trial of a study: the lowest (minimize) or highest
+(maximize) final score; pruned trials never count, their scores were
+measured early. Fails (exit 1) while no trial is done.
+
+EXAMPLES:
+   soma best ROOT --study lr                    for people
+   soma best ROOT --study lr --format json | jq .point.lr
+   soma best ROOT --study lr --format args      --lr 0.0031 --opt adam
+
+   # retrain with the best point (args are quoted for the shell: use eval)
+   eval "python3 train.py --epochs 100 $(soma best ROOT --study lr --format args)"
+
+JSON (--format json), one field per line: path, type, meaning:
+`
+
+func newBestCommand() *cli.Command {
+	return &cli.Command{
+		Name:        "best",
+		Usage:       "the best finished point of a study, as text, JSON or --name value arguments",
+		UsageText:   "soma best ROOT --study NAME [--format text|json|args]",
+		Description: bestDescription + indent(status.BestShape, "   "),
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "study", Aliases: []string{"s"}, Usage: "the study (required)"},
+			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "text", Usage: "text, json, or args (shell-ready --name value words)"},
+		},
+		Action: func(c *cli.Context) error {
+			root, err := rootArg(c, 0)
+			if err != nil {
+				return err
+			}
+			name, err := needStudy(c)
+			if err != nil {
+				return err
+			}
+			format := c.String("format")
+			switch format {
+			case status.BestText, status.BestJSON, status.BestArgs:
+			default:
+				return usagef("--format %q: want text, json or args", format)
+			}
+			s, err := status.Open(root)
+			if err != nil {
+				return err
+			}
+			st, err := status.OpenStudy(c.Context, s, name, 0)
+			if err != nil {
+				return err
+			}
+			b, err := status.FindBest(c.Context, st)
+			if err != nil {
+				return err
+			}
+			return status.WriteBest(c.App.Writer, b, format)
+		},
+	}
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"strconv"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/soma-hpc/soma/internal/status"
+)
+
+const logsDescription = `Prints what the objective of trial N wrote: its standard output, or its
+standard error with --stderr. soma-trial keeps both for every attempt under
+ROOT/logs/STUDY/N.ATTEMPT.out and .err. The latest attempt by default.
+
+--follow keeps printing as the objective writes (like tail -f, polling,
+since the objective usually runs on another node) until the attempt ends;
+a line on stderr then says how it ended.
+
+EXAMPLES:
+   soma logs ROOT --study lr 17                 trial 17's output
+   soma logs ROOT --study lr 17 --stderr        ... its errors (a failed trial's traceback)
+   soma logs ROOT --study lr 17 --attempt 0     the first attempt of a retried trial
+   soma logs ROOT --study lr 42 --follow        while it runs`
+
+func newLogsCommand() *cli.Command {
+	return &cli.Command{
+		Name:        "logs",
+		Usage:       "the objective's output for one trial",
+		UsageText:   "soma logs ROOT --study NAME N [--attempt A] [--stderr] [--follow]",
+		Description: logsDescription,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "study", Aliases: []string{"s"}, Usage: "the study (required)"},
+			&cli.IntFlag{Name: "attempt", Value: -1, Usage: "the attempt (default: the trial's latest)"},
+			&cli.BoolFlag{Name: "stderr", Aliases: []string{"e"}, Usage: "show standard error instead of standard output"},
+			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing until the attempt ends (Ctrl-C stops)"},
+		},
+		Action: func(c *cli.Context) error {
+			root, err := rootArg(c, 1)
+			if err != nil {
+				return err
+			}
+			name, err := needStudy(c)
+			if err != nil {
+				return err
+			}
+			if c.NArg() < 2 {
+				return usagef("no trial number: soma logs ROOT --study %s N", name)
+			}
+			n, err := strconv.Atoi(c.Args().Get(1))
+			if err != nil || n < 0 {
+				return usagef("trial %q: want a trial number (0, 1, ...)", c.Args().Get(1))
+			}
+			if a := c.Int("attempt"); a < -1 {
+				return usagef("--attempt %d: want 0 or more", a)
+			}
+			s, err := status.Open(root)
+			if err != nil {
+				return err
+			}
+			st, err := status.OpenStudy(c.Context, s, name, 0)
+			if err != nil {
+				return err
+			}
+			return status.Logs(c.Context, st, s.Root(), status.LogOptions{
+				Trial:   n,
+				Attempt: c.Int("attempt"),
+				Stderr:  c.Bool("stderr"),
+				Follow:  c.Bool("follow"),
+				Notes:   c.App.ErrWriter,
+			}, c.App.Writer)
+		},
+	}
+}

@@ -1,0 +1,123 @@
+// Package status is soma's view of studies read out of a folder: soma
+// status (and its --watch), soma trials, soma best and soma logs. It
+// needs no daemon: every view is computed from the records in the store,
+// through package study, at the cost of one study snapshot (a folder
+// listing plus the records of trials that have not ended, or packs).
+//
+// # Views
+//
+// A View is one study at one moment: settings, counts by state (stale is
+// derived: a running attempt silent for longer than the lease), the best
+// trial, the pace (trials per hour and the ETA of the budget, see Pace),
+// the machines working on it (by host, with their Slurm jobs and when
+// each was last seen), the best N trials and the running ones. Records
+// that cannot be read are counted and listed, never results.
+//
+// A Viewer renders views as text (WriteText, or WriteSummaries with one
+// line per study) or as one JSON Document; a Watcher re-renders them as
+// the folder changes, with inotify on local filesystems and by polling on
+// network ones (NFS, Lustre, GPFS...), where inotify sees no other
+// machine's change (DetectFS reads statfs(2)'s magic number).
+//
+// # The JSON document (soma status --json)
+//
+// Its shape is JSONShape; the tests check every document against it.
+// Within one version fields are only ever added; a field that changes
+// meaning or goes away bumps "version". Readers ignore fields they do not
+// know. Times are RFC 3339 in the file server's clock; durations are
+// seconds. One field per line: path ("[]": array elements, "*": any key,
+// "?": may be absent), type ("|null": may be null; "trial": the object
+// described by the trial lines), meaning:
+//
+//	format                      string        always "soma-status"
+//	version                     integer       1 (bumped when a field changes meaning or goes away)
+//	root                        string        the store's absolute folder
+//	clock                       string        "server" (file-server time) or "local" (root not writable here)
+//	opened                      object        files this command opened (as --verbose prints)
+//	opened.records              integer       name records read
+//	opened.blobs                integer       blobs read
+//	opened.lists                integer       folders listed
+//	opened.probes               integer       server-time probes
+//	problems                    array         studies of the root that cannot be read at all (a corrupt spec record, say)
+//	problems[]                  string        which study, and what is wrong
+//	studies                     array         one per study shown, by name (one with --study)
+//	studies[].name              string        the study
+//	studies[].direction         string        minimize, maximize or unknown
+//	studies[].metric            string        the score's name ("" if the spec has none)
+//	studies[].sampler           string        tpe, random, sobol or grid
+//	studies[].pruner            string        none, median, percentile or asha
+//	studies[].seed              integer       the study's seed
+//	studies[].budget            integer       trials the study runs (budget, or the size of a smaller discrete space)
+//	studies[].max_retries       integer       retries of a failed attempt
+//	studies[].lease_s           number        a running attempt silent this long is stale
+//	studies[].params            array         the knobs, in order
+//	studies[].params[].name     string        knob name
+//	studies[].params[].kind     string        int, float, choice or fixed
+//	studies[].params[].low      number        lower bound (int, float)
+//	studies[].params[].high     number        upper bound (int, float)
+//	studies[].params[].log      bool          log scale
+//	studies[].params[].choices  array         options (choice), the value (fixed)
+//	studies[].params[].choices[] string       one option
+//	studies[].now               string        file-server time of the snapshot
+//	studies[].counts            object        trials by the state of their latest attempt
+//	studies[].counts.total      integer       trials with a readable record
+//	studies[].counts.done       integer       finished with a score
+//	studies[].counts.running    integer       heartbeat within the lease
+//	studies[].counts.pruned     integer       stopped by the pruner
+//	studies[].counts.failed     integer       the objective failed
+//	studies[].counts.interrupted integer      stopped by a signal; will be retried
+//	studies[].counts.stale      integer       running, but silent for longer than the lease; will be retried
+//	studies[].counts.ended      integer       done, pruned, or failed with no retry left
+//	studies[].counts.corrupt    integer       records that could not be read (never results)
+//	studies[].counts.foreign    integer       stray files among the trial records (ignored)
+//	studies[].best              trial|null    the best done trial; null before any is done, or with no direction
+//	studies[].pace              object        speed and ETA
+//	studies[].pace.trials_per_hour number|null trials ended per hour (last hour, or since start, or all time)
+//	studies[].pace.basis        string        which window the rate is over: last hour, since start, all time, finished, no trial ended yet
+//	studies[].pace.remaining    integer       trials still to end
+//	studies[].pace.eta_s        number|null   seconds until the budget is reached; null if unknown or idle
+//	studies[].pace.eta          string|null   when, in file-server time
+//	studies[].pace.idle         bool          nothing runs and nothing ended lately
+//	studies[].machines          array         hosts, most recently seen first
+//	studies[].machines[].host   string        host name ("?" if unknown)
+//	studies[].machines[].running integer      running attempts on it
+//	studies[].machines[].stale  integer       stale attempts on it
+//	studies[].machines[].trials integer       trials whose latest attempt it ran
+//	studies[].machines[].jobs   array         Slurm jobs of its running attempts ("123_4")
+//	studies[].machines[].jobs[] string        one job
+//	studies[].machines[].last_seen string     its newest record's time
+//	studies[].machines[].ago_s  number        seconds since last_seen
+//	studies[].top               array         the best done trials, best first (--top N)
+//	studies[].top[]             trial         one trial
+//	studies[].running           array         running and stale trials, by number
+//	studies[].running[]         trial         one trial
+//	studies[].trials?           array         every trial, by number (only with --all)
+//	studies[].trials[]          trial         one trial
+//	studies[].problems          array         one line per unreadable record
+//	studies[].problems[]        string        what is wrong and where
+//	studies[].packs             integer       packs holding ended trials (see soma gc)
+//	studies[].last_activity     string|null   newest record time
+//	trial                       object        a trial's latest attempt (in best, top, running and trials):
+//	trial.trial                 integer       trial number
+//	trial.attempt               integer       attempt number (retries count up from 0)
+//	trial.state                 string        running, done, pruned, failed, interrupted or stale
+//	trial.score                 number|null   final score (done) or last value (pruned)
+//	trial.value                 number|null   last intermediate value
+//	trial.last_step             integer       last intermediate step (-1: none)
+//	trial.point                 object        knob values by name
+//	trial.point.*               number|string a number for int and float knobs, text for choices (a number when every option is one)
+//	trial.point_text            string        the point as name=value,...
+//	trial.who                   object        the process that ran it
+//	trial.who.host              string        host
+//	trial.who.pid               integer       process id
+//	trial.who.job               string        Slurm job ("123_4"; "" outside Slurm)
+//	trial.start                 string|null   when the attempt was taken
+//	trial.time                  string        its last write (heartbeat, report or end)
+//	trial.duration_s            number        end − start, or now − start while it runs
+//	trial.age_s                 number        now − time: seconds since its last write
+//	trial.failures              integer       failed attempts of this trial before this one
+//	trial.beat                  integer       heartbeat counter
+//
+// soma trials writes the columns of TrialColumns, and soma best --format
+// json the shape of BestShape.
+package status

@@ -1,0 +1,188 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/trialrun"
+	"github.com/soma-hpc/soma/study"
+)
+
+// LogOptions configure Logs.
+type LogOptions struct {
+	Trial int
+	// Attempt is the attempt to show; -1 means the trial's latest.
+	Attempt int
+	// Stderr shows the objective's standard error instead of its output.
+	Stderr bool
+	// Follow keeps printing what the objective writes until its attempt
+	// ends (or ctx does), like tail -f.
+	Follow bool
+	// Poll is how often a followed log and its attempt's state are
+	// re-read (0: 500 ms). Polling, not inotify: the objective usually
+	// runs on another node.
+	Poll time.Duration
+	// Notes gets one line when a followed attempt ends (nil: discarded).
+	Notes io.Writer
+}
+
+// Logs copies the output soma-trial kept for one attempt of a trial
+// (trialrun.LogPath under root) to w. A trial the study does not have, an
+// attempt it never made, and a record that cannot be read are errors
+// that say so; so is a missing log of an attempt that is not running.
+func Logs(ctx context.Context, st *study.Study, root string, o LogOptions, w io.Writer) error {
+	if o.Poll <= 0 {
+		o.Poll = 500 * time.Millisecond
+	}
+	if o.Notes == nil {
+		o.Notes = io.Discard
+	}
+	rec, err := attemptOf(ctx, st, o.Trial, o.Attempt)
+	if err != nil {
+		return err
+	}
+	stream := "out"
+	if o.Stderr {
+		stream = "err"
+	}
+	path := trialrun.LogPath(root, st.Name(), rec.Number, rec.Attempt, stream)
+	var off int64
+	off, err = copyFrom(path, off, w)
+	running := rec.State == study.StateRunning
+	if errors.Is(err, fs.ErrNotExist) && !(o.Follow && running) {
+		return fmt.Errorf("no output kept for trial %d attempt %d of %s: %s is missing (the attempt ran with another --root, or is older than its logs)", rec.Number, rec.Attempt, st.Name(), path)
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if !o.Follow || !running {
+		return nil
+	}
+	tick := time.NewTicker(o.Poll)
+	defer tick.Stop()
+	checkEvery := max(1, int(2*time.Second/o.Poll))
+	for i := 1; ; i++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		if off, err = copyFrom(path, off, w); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if i%checkEvery != 0 {
+			continue
+		}
+		latest, err := attemptOf(ctx, st, rec.Number, -1)
+		if err != nil {
+			return err
+		}
+		now := latest
+		if latest.Attempt != rec.Attempt {
+			// Retried: this attempt went stale or was interrupted.
+			if now, err = attemptOf(ctx, st, rec.Number, rec.Attempt); err != nil {
+				return err
+			}
+		} else if now.State == study.StateRunning {
+			continue
+		}
+		// One last read: the objective may have written before it ended.
+		if _, err := copyFrom(path, off, w); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		note := fmt.Sprintf("trial %d attempt %d %s", rec.Number, rec.Attempt, now.State)
+		if now.HasScore {
+			note += " (score " + strconv.FormatFloat(now.Score, 'g', -1, 64) + ")"
+		}
+		if latest.Attempt > rec.Attempt {
+			note += fmt.Sprintf("; retried as attempt %d (soma logs ... %d --attempt %d)", latest.Attempt, rec.Number, latest.Attempt)
+		}
+		fmt.Fprintln(o.Notes, note)
+		return nil
+	}
+}
+
+// copyFrom copies path from offset off to w and returns the new offset.
+// It opens the file afresh each time: on NFS only a new open is sure to
+// see what another node appended (close-to-open consistency).
+func copyFrom(path string, off int64, w io.Writer) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return off, err
+	}
+	defer f.Close()
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		return off, err
+	}
+	n, err := io.Copy(w, f)
+	return off + n, err
+}
+
+// attemptOf returns attempt a of trial n (a < 0: its latest attempt).
+func attemptOf(ctx context.Context, st *study.Study, n, a int) (study.Record, error) {
+	snap, err := st.Trials(ctx)
+	if err != nil {
+		return study.Record{}, err
+	}
+	latest, ok := snap.Trial(n)
+	if !ok {
+		prefix := "study/" + st.Name() + "/trial/" + strconv.Itoa(n) + "/"
+		for _, e := range snap.Corrupt {
+			if strings.HasPrefix(problemName(e), prefix) {
+				return study.Record{}, fmt.Errorf("trial %d of %s: %w", n, st.Name(), e)
+			}
+		}
+		return study.Record{}, fmt.Errorf("study %s has no trial %d (%s)", st.Name(), n, trialRange(snap))
+	}
+	if a < 0 || a == latest.Attempt {
+		return latest, nil
+	}
+	if a > latest.Attempt {
+		return study.Record{}, fmt.Errorf("trial %d of %s has attempts 0 to %d, not %d", n, st.Name(), latest.Attempt, a)
+	}
+	all, problems, err := st.Attempts(ctx, false)
+	if err != nil {
+		return study.Record{}, err
+	}
+	for _, r := range all {
+		if r.Number == n && r.Attempt == a {
+			return r, nil
+		}
+	}
+	want := "study/" + st.Name() + "/trial/" + strconv.Itoa(n) + "/" + strconv.Itoa(a)
+	for _, e := range problems {
+		if problemName(e) == want {
+			return study.Record{}, fmt.Errorf("trial %d attempt %d of %s: %w", n, a, st.Name(), e)
+		}
+	}
+	return study.Record{}, fmt.Errorf("trial %d of %s has no readable attempt %d", n, st.Name(), a)
+}
+
+func trialRange(snap *study.Snapshot) string {
+	if len(snap.Trials) == 0 {
+		return "it has no trial yet"
+	}
+	return fmt.Sprintf("it has %d trials, numbered %d to %d", len(snap.Trials), snap.Trials[0].Number, snap.Trials[len(snap.Trials)-1].Number)
+}
+
+// problemName returns the store name of an unreadable record (a
+// *study.RecordError or *fsstore.CorruptError), or "".
+func problemName(err error) string {
+	var re *study.RecordError
+	if errors.As(err, &re) {
+		return re.Name
+	}
+	var ce *fsstore.CorruptError
+	if errors.As(err, &ce) {
+		return ce.Name
+	}
+	return ""
+}

@@ -1,0 +1,201 @@
+package status
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/soma-hpc/soma/fsstore"
+)
+
+// Watch modes for WatchOptions.Mode.
+const (
+	WatchAuto   = "auto"   // inotify on local filesystems, polling on network ones
+	WatchNotify = "notify" // inotify (fsnotify), whatever the filesystem
+	WatchPoll   = "poll"   // re-read every Interval
+)
+
+// WatchOptions configure NewWatcher.
+type WatchOptions struct {
+	// Mode is WatchAuto (""), WatchNotify or WatchPoll.
+	Mode string
+	// Interval is the polling period (0: 5 s). With inotify the view is
+	// also refreshed every 30 s or Interval, whichever is longer, so that
+	// ages move and silent runners turn stale without any write.
+	Interval time.Duration
+	// Settle is how long a burst of changes is left to settle before a
+	// refresh (0: 500 ms): 64 runners writing at once cause one refresh,
+	// not 64.
+	Settle time.Duration
+	// IgnorePrefix: changes to temp files whose name starts with it are
+	// not changes (a viewer's own server-time probes). See OwnTempPrefix.
+	IgnorePrefix string
+}
+
+// OwnTempPrefix returns the prefix of the temp files this process writes
+// in <root>/tmp: "<host>.<pid>." (fsstore's documented layout).
+func OwnTempPrefix() string {
+	host, _ := os.Hostname()
+	return fsstore.SanitizeSegment(host) + "." + strconv.Itoa(os.Getpid()) + "."
+}
+
+// Watcher refreshes a view when the folder changes: through inotify
+// where the root is on a local filesystem, and by polling where it is on
+// a network filesystem (NFS, Lustre, GPFS...), on which inotify sees this
+// machine's changes only, never another node's.
+//
+// Every write to a store starts as a new file in <root>/tmp (fsstore's
+// atomic-write recipe), so one inotify watch on that folder sees every
+// change to every study, however many trial folders there are.
+type Watcher struct {
+	root     string
+	o        WatchOptions
+	fs       FS
+	notify   *fsnotify.Watcher
+	fallback string // why inotify was not used when it was asked for
+}
+
+// NewWatcher decides how to watch root (see Method) and sets it up.
+// Close releases it.
+func NewWatcher(root string, o WatchOptions) (*Watcher, error) {
+	if o.Interval <= 0 {
+		o.Interval = 5 * time.Second
+	}
+	if o.Settle <= 0 {
+		o.Settle = 500 * time.Millisecond
+	}
+	w := &Watcher{root: root, o: o}
+	fsys, err := DetectFS(root)
+	if err != nil {
+		return nil, err
+	}
+	w.fs = fsys
+	switch o.Mode {
+	case "", WatchAuto:
+		if fsys.Network {
+			return w, nil
+		}
+	case WatchPoll:
+		return w, nil
+	case WatchNotify:
+	default:
+		return nil, fmt.Errorf("watch mode %q: want auto, notify or poll", o.Mode)
+	}
+	nw, err := fsnotify.NewWatcher()
+	if err != nil {
+		w.fallback = fmt.Sprintf("inotify unavailable (%v)", err)
+		return w, nil
+	}
+	tmp := filepath.Join(root, "tmp")
+	if err := nw.Add(tmp); err != nil {
+		nw.Close()
+		w.fallback = fmt.Sprintf("cannot watch %s (%v)", tmp, err)
+		return w, nil
+	}
+	w.notify = nw
+	return w, nil
+}
+
+// Notify reports whether the watcher uses inotify (false: polling).
+func (w *Watcher) Notify() bool { return w.notify != nil }
+
+// Method says, in one line, how changes are detected and why.
+func (w *Watcher) Method() string {
+	if w.notify != nil {
+		return fmt.Sprintf("watching with inotify: %s is on %s, a local filesystem (full refresh every %s)", w.root, w.fs, w.safety())
+	}
+	switch {
+	case w.fallback != "":
+		return fmt.Sprintf("polling every %s: %s", w.o.Interval, w.fallback)
+	case w.o.Mode == WatchPoll:
+		return fmt.Sprintf("polling every %s (--poll)", w.o.Interval)
+	case w.fs.Network:
+		return fmt.Sprintf("polling every %s: %s is on %s, where inotify sees no other machine's change", w.o.Interval, w.root, w.fs)
+	}
+	return fmt.Sprintf("polling every %s", w.o.Interval)
+}
+
+func (w *Watcher) safety() time.Duration { return max(30*time.Second, w.o.Interval) }
+
+// Close releases the inotify watch, if any.
+func (w *Watcher) Close() error {
+	if w.notify != nil {
+		return w.notify.Close()
+	}
+	return nil
+}
+
+// Run calls refresh once, then again after every change (or every
+// Interval when polling), until ctx ends; then it returns nil. An error
+// from refresh ends it and is returned.
+func (w *Watcher) Run(ctx context.Context, refresh func(context.Context) error) error {
+	if err := refresh(ctx); err != nil {
+		return err
+	}
+	period := w.o.Interval
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	if w.notify != nil {
+		period = w.safety()
+		events, errs = w.notify.Events, w.notify.Errors
+	}
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	settle := time.NewTimer(time.Hour)
+	settle.Stop()
+	pending := false
+	do := func() error {
+		pending = false
+		if err := refresh(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			if w.o.IgnorePrefix != "" && strings.HasPrefix(filepath.Base(ev.Name), w.o.IgnorePrefix) {
+				continue
+			}
+			if !pending {
+				pending = true
+				settle.Reset(w.o.Settle)
+			}
+		case _, ok := <-errs:
+			// An overflowed queue lost events: refresh to be sure.
+			if !ok {
+				errs = nil
+				continue
+			}
+			if !pending {
+				pending = true
+				settle.Reset(w.o.Settle)
+			}
+		case <-settle.C:
+			if pending {
+				if err := do(); err != nil {
+					return err
+				}
+			}
+		case <-tick.C:
+			if err := do(); err != nil {
+				return err
+			}
+		}
+	}
+}
