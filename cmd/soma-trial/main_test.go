@@ -277,3 +277,31 @@ func TestUsageAndSpecErrors(t *testing.T) {
 		}
 	})
 }
+
+// At the end of its loop soma-trial packs the ended trials, so that views
+// of a large study open a few packs instead of a file per trial.
+func TestLoopEndPacksEndedTrials(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root")
+	c := exec.Command(bin, "--root", root, "--study", "s", "--param", "x=float:0:1", "--sampler", "random",
+		"--budget", "300", "--parallel", "4", "-v", "--", "/bin/echo", "{x}")
+	out, err := c.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	s, err := fsstore.Open(root, fsstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	packs, err := s.List(context.Background(), "study/s/pack")
+	if err != nil || len(packs) == 0 {
+		t.Fatalf("packs after the loop: %v, %v\n%s", packs, err, out)
+	}
+	st, _ := study.Open(context.Background(), s, "s", nil, study.Options{})
+	snap, err := st.Trials(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := snap.Counts(); c[study.StateDone] != 300 {
+		t.Errorf("counts with packs %v, want 300 done", c)
+	}
+}

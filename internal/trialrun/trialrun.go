@@ -126,7 +126,19 @@ func Run(ctx context.Context, st *study.Study, root string, o Options, sig <-cha
 		return l.sum, fmt.Errorf("%w by %s", ErrInterrupted, l.signal)
 	}
 	l.sum.Stopped = reasons[0]
-	return l.sum, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return l.sum, err
+	}
+	// Pack the study's ended trials so that views of a large study read a
+	// few packs instead of one file per trial. Done once, at the end of the
+	// loop, not after each trial: it scans the study. Safe when every array
+	// task does it at once; a failure costs only speed, so it is a warning.
+	if rep, err := st.Pack(ctx, study.PackOptions{}); err != nil {
+		l.logf("soma-trial: warning: packing ended trials failed (views stay correct, only slower): %v", err)
+	} else if rep.Packed > 0 && o.Verbose {
+		l.logf("soma-trial: packed %d ended trials (%d packs)", rep.Packed, rep.Packs)
+	}
+	return l.sum, nil
 }
 
 func (l *loop) watchSignals(ctx context.Context) {
