@@ -69,7 +69,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			case first == "help" && c.NArg() == 1:
 				return cli.ShowAppHelp(c)
 			case c.Args().Present():
-				return usagef("unknown command %q (commands: status, trials, best, logs, report, init, gc, slurm)", first)
+				return usagef("unknown command %q (commands: status, trials, best, logs, report, init, gc, slurm, zarr)", first)
 			}
 			if err := cli.ShowAppHelp(c); err != nil {
 				return err
@@ -85,6 +85,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			newInitCommand(),
 			newGCCommand(),
 			newSlurmCommand(),
+			newZarrCommand(),
 		},
 	}
 	for _, cmd := range app.Commands {

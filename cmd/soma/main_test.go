@@ -425,3 +425,26 @@ func TestSlurmSubmitDryRunAndJobs(t *testing.T) {
 		t.Errorf("submit without a command: %d %q", code, errOut)
 	}
 }
+
+func TestZarrInfoAndCat(t *testing.T) {
+	arr := filepath.Join(studytest.RepoRoot(), "zarr", "testdata", "zarr-v2", "int32_zstd.zarr")
+	code, out, errOut := soma("zarr", "info", arr)
+	if code != exitOK || !strings.Contains(out, "shape:             [14 5]") || !strings.Contains(out, "zstd") {
+		t.Errorf("zarr info: %d %q %q", code, out, errOut)
+	}
+	cache := t.TempDir()
+	for range 2 { // the second read is served by the cache; same text
+		code, out, errOut = soma("zarr", "cat", arr, "--rows", "2:4", "--cache", cache)
+		if code != exitOK || out != "-50\t-49\t-48\t-47\t-46\n50\t51\t52\t53\t54\n" {
+			t.Errorf("zarr cat: %d %q %q", code, out, errOut)
+		}
+	}
+	code, _, errOut = soma("zarr", "cat", arr, "--rows", "9:99", "--no-cache")
+	if code != exitUsage || !strings.Contains(errOut, "rows") {
+		t.Errorf("zarr cat out of range: %d %q", code, errOut)
+	}
+	code, _, errOut = soma("zarr", "info", filepath.Join(t.TempDir(), "nope.zarr"))
+	if code != exitError || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("zarr info of a missing array: %d %q, want one line", code, errOut)
+	}
+}
