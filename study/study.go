@@ -151,6 +151,7 @@ type Study struct {
 	curves    map[fsstore.Digest]curveBlob
 	packs     packCache
 	lowFree   int  // every trial number below it exists in the store
+	nexts     int  // Next calls so far, to spread concurrent claimers
 	noPacks   bool // test seam: read every trial from its folder
 }
 

@@ -65,8 +65,46 @@ func (s *Study) Next(ctx context.Context, who Who) (*Run, error) {
 	// one this process found free are never free again.
 	s.mu.Lock()
 	low := s.lowFree
+	s.nexts++
+	calls := s.nexts
 	s.mu.Unlock()
+	// Claim the lowest free number; after losing that race to another
+	// process, spread over the next lowest free numbers instead of all
+	// racing for the same one again: every lost race costs a temp file
+	// written and fsynced for nothing (measured: ~1 lost claim per trial
+	// with 8 processes). Each process (and each call) jumps to its own
+	// place in the window, which wraps; the plain scan below then covers
+	// the rest, so every number is still claimed by someone. A process
+	// that never loses claims in order.
+	tried := map[int]bool{}
+	var window []int
+	for n := low; n < s.limit && len(window) < spreadWindow; n++ {
+		if !snap.has(n) {
+			window = append(window, n)
+		}
+	}
+	if len(window) > 0 {
+		tried[window[0]] = true
+		run, err := s.claimNew(ctx, window[0], who, h)
+		if err == nil || !errors.Is(err, ErrTaken) {
+			return run, err
+		}
+		if rest := window[1:]; len(rest) > 0 {
+			start := int((spreadSeed(who) + uint64(calls)) % uint64(len(rest)))
+			for i := range rest {
+				n := rest[(start+i)%len(rest)]
+				tried[n] = true
+				run, err := s.claimNew(ctx, n, who, h)
+				if err == nil || !errors.Is(err, ErrTaken) {
+					return run, err
+				}
+			}
+		}
+	}
 	for n := low; n < s.limit; n++ {
+		if tried[n] {
+			continue
+		}
 		if snap.has(n) {
 			if n == low {
 				low++
@@ -102,6 +140,19 @@ func (s *Study) Next(ctx context.Context, who Who) (*Run, error) {
 	// Trials still running, or folders listed without a readable record
 	// yet (being taken right now, or a listing that lags).
 	return nil, &NoWorkError{Study: s.name, Ended: ended, Running: running, Limit: s.limit, RetryAfter: wait}
+}
+
+// spreadWindow is how many of the lowest free trial numbers concurrent
+// Next calls spread over.
+const spreadWindow = 16
+
+// spreadSeed gives each process its own start in the spread window.
+func spreadSeed(who Who) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range []byte(who.Host) {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return h ^ uint64(who.PID)*0x9E3779B97F4A7C15
 }
 
 // NoWorkError is Next's answer when nothing is claimable now but the

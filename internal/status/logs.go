@@ -57,6 +57,12 @@ func Logs(ctx context.Context, st *study.Study, root string, o LogOptions, w io.
 	var off int64
 	off, err = copyFrom(path, off, w)
 	running := rec.State == study.StateRunning
+	if errors.Is(err, fs.ErrNotExist) && o.Stderr && fileExists(trialrun.LogPath(root, st.Name(), rec.Number, rec.Attempt, "out")) {
+		// soma-trial creates the stderr file on the first byte written: an
+		// attempt with stdout and no stderr file wrote nothing to stderr.
+		fmt.Fprintf(o.Notes, "(trial %d attempt %d wrote nothing to stderr)\n", rec.Number, rec.Attempt)
+		err = nil
+	}
 	if errors.Is(err, fs.ErrNotExist) && !(o.Follow && running) {
 		return fmt.Errorf("no output kept for trial %d attempt %d of %s: %s is missing (the attempt ran with another --root, or is older than its logs)", rec.Number, rec.Attempt, st.Name(), path)
 	}
@@ -185,4 +191,9 @@ func problemName(err error) string {
 		return ce.Name
 	}
 	return ""
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

@@ -173,6 +173,7 @@ func (l *loop) logf(format string, args ...any) {
 // worker claims and runs trials until there is nothing more to do.
 func (l *loop) worker(ctx context.Context, w int) (string, error) {
 	waiting := false
+	backoff := 10 * time.Millisecond
 	for {
 		if l.stopped.Load() {
 			return "interrupted", nil
@@ -207,14 +208,20 @@ func (l *loop) worker(ctx context.Context, w int) (string, error) {
 				l.logf("soma-trial: every remaining trial is running elsewhere; waiting for them to end or go stale (--no-wait to exit now)")
 			}
 			waiting = true
-			if !l.sleep(ctx, min(l.st.HeartbeatInterval(), 2*time.Second)) {
+			// Back off from 10 ms: near the end of a budget the other
+			// processes' last trials end within moments, and a fixed 2 s
+			// sleep kept every process but one idle (measured at P=8:
+			// 7.1 s instead of 5.3 s for 1000 trials).
+			if !l.sleep(ctx, min(backoff, l.st.HeartbeatInterval(), 2*time.Second)) {
 				return "interrupted", nil
 			}
+			backoff *= 2
 			continue
 		default:
 			return "error", err
 		}
 		waiting = false
+		backoff = 10 * time.Millisecond
 		l.active.Add(1)
 		err = l.runOne(ctx, w, run)
 		l.active.Add(-1)
@@ -266,10 +273,10 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) error {
 		return fmt.Errorf("soma-trial: log: %w", err)
 	}
 	defer outF.Close()
-	errF, err := os.Create(LogPath(l.root, name, n, a, "err"))
-	if err != nil {
-		return fmt.Errorf("soma-trial: log: %w", err)
-	}
+	// stderr's file is made on the first byte: most objectives write
+	// none, and a file creation is the costliest syscall of a trial on
+	// some filesystems (soma logs knows a missing .err means "nothing").
+	errF := &lazyFile{path: LogPath(l.root, name, n, a, "err")}
 	defer errF.Close()
 
 	stop := make(chan objective.Stop, 2)
@@ -429,3 +436,27 @@ func firstLine(s string) string {
 
 // Ensure the store type satisfies what study consumes.
 var _ study.Store = (*fsstore.Store)(nil)
+
+// lazyFile creates its file on the first Write.
+type lazyFile struct {
+	path string
+	f    *os.File
+	err  error
+}
+
+func (z *lazyFile) Write(p []byte) (int, error) {
+	if z.f == nil && z.err == nil {
+		z.f, z.err = os.Create(z.path)
+	}
+	if z.err != nil {
+		return 0, z.err
+	}
+	return z.f.Write(p)
+}
+
+func (z *lazyFile) Close() error {
+	if z.f == nil {
+		return nil
+	}
+	return z.f.Close()
+}
