@@ -288,10 +288,10 @@ func TestBlosclzDecode(t *testing.T) {
 		{"literals", []byte{0x20 | 2, 'a', 'b', 'c'}, "abc", true},
 		// "ab", then a match: length code 1 means 3 bytes, from distance
 		// code 1 (+1 bias: 2 back).
-		{"match", []byte{0x20 | 1, 'a', 'b', 1<<5, 1}, "ababa", true},
+		{"match", []byte{0x20 | 1, 'a', 'b', 1 << 5, 1}, "ababa", true},
 		// A run: distance code 0 repeats the last byte; length code 2 is 4.
-		{"run", []byte{0x20, 'q', 2<<5, 0}, "qqqqq", true},
-		{"distance before start", []byte{0x20, 'q', 2<<5, 9}, "qqqqq", false},
+		{"run", []byte{0x20, 'q', 2 << 5, 0}, "qqqqq", true},
+		{"distance before start", []byte{0x20, 'q', 2 << 5, 9}, "qqqqq", false},
 		{"truncated", []byte{0x20 | 5, 'a'}, "aaaaaa", false},
 		{"short output", []byte{0x20 | 2, 'a', 'b', 'c'}, "abcd", false},
 	}
