@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,37 +14,16 @@ import (
 	"github.com/soma-hpc/soma/internal/report"
 	"github.com/soma-hpc/soma/internal/status"
 	"github.com/soma-hpc/soma/internal/studytest"
-	"github.com/soma-hpc/soma/internal/testutil"
 )
 
-var (
-	fixtureDir  string
-	fixtureOnce sync.Once
-	fixture     *studytest.Fixture
-)
+// shared is the fixture of this test binary: real soma-trial runs,
+// built once (studytest.Shared).
+var shared studytest.Shared
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "soma-cmd-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fixtureDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(shared.Main(m)) }
 
-// fix returns the shared fixture (real soma-trial runs), built once.
-func fix(t *testing.T) *studytest.Fixture {
-	t.Helper()
-	testutil.NeedPython(t, "argparse")
-	fixtureOnce.Do(func() { fixture = studytest.Build(t, fixtureDir) })
-	if fixture == nil {
-		t.Fatal("the fixture could not be built (see the first test that failed)")
-	}
-	return fixture
-}
+// fix returns the shared fixture.
+func fix(t *testing.T) *studytest.Fixture { return shared.Get(t) }
 
 // soma runs the command in process and returns its exit status and
 // outputs.

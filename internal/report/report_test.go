@@ -3,14 +3,12 @@ package report
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,33 +18,14 @@ import (
 	"github.com/soma-hpc/soma/study"
 )
 
-var (
-	fixtureDir  string
-	fixtureOnce sync.Once
-	fixture     *studytest.Fixture
-)
+// shared is the fixture of this test binary: real soma-trial runs,
+// built once (studytest.Shared).
+var shared studytest.Shared
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "soma-report-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fixtureDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(shared.Main(m)) }
 
-func fix(t *testing.T) *studytest.Fixture {
-	t.Helper()
-	testutil.NeedPython(t, "argparse")
-	fixtureOnce.Do(func() { fixture = studytest.Build(t, fixtureDir) })
-	if fixture == nil {
-		t.Fatal("the fixture could not be built (see the first test that failed)")
-	}
-	return fixture
-}
+// fix returns the shared fixture.
+func fix(t *testing.T) *studytest.Fixture { return shared.Get(t) }
 
 // writeReport writes the fixture's report and returns it with its
 // snapshot.

@@ -1,43 +1,17 @@
 package status
 
 import (
-	"fmt"
 	"os"
-	"sync"
 	"testing"
 
 	"github.com/soma-hpc/soma/internal/studytest"
-	"github.com/soma-hpc/soma/internal/testutil"
 )
 
-// The fixture is built once per test binary, by real soma-trial runs
-// (studytest.Build), in a folder that outlives each test. Tests that
-// change it work on a copy.
-var (
-	fixtureDir  string
-	fixtureOnce sync.Once
-	fixture     *studytest.Fixture
-)
+// shared is the fixture of this test binary: real soma-trial runs,
+// built once (studytest.Shared).
+var shared studytest.Shared
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "soma-status-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fixtureDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(shared.Main(m)) }
 
-// fix returns the shared fixture, building it on first use.
-func fix(t *testing.T) *studytest.Fixture {
-	t.Helper()
-	testutil.NeedPython(t, "argparse")
-	fixtureOnce.Do(func() { fixture = studytest.Build(t, fixtureDir) })
-	if fixture == nil {
-		t.Fatal("the fixture could not be built (see the first test that failed)")
-	}
-	return fixture
-}
+// fix returns the shared fixture.
+func fix(t *testing.T) *studytest.Fixture { return shared.Get(t) }

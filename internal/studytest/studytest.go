@@ -12,10 +12,12 @@ package studytest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -124,7 +126,10 @@ func Build(t testing.TB, dir string) *Fixture {
 			if err != nil {
 				t.Fatal(err)
 			}
-			go func() {
+			// One host after the other: concurrent claimers spread over
+			// the lowest free numbers after a lost race (study.Next), and
+			// the fixture needs trials 0..Ran-1 taken and the next ones free.
+			func() {
 				_, err := trialrun.Run(ctx, st, root, trialrun.Options{
 					Argv: argv, Trial: -1, MaxTrials: n / len(hosts), Parallel: 1,
 					Who:        study.Who{Host: h, PID: 1000 + i, Job: "77_" + string(rune('1'+i))},
@@ -264,4 +269,39 @@ func Chromium() string {
 		return p
 	}
 	return ""
+}
+
+// Shared is a fixture built at most once per test binary, in a folder
+// that outlives each test (tests that change it work on a Copy). A test
+// binary declares one, calls Main from its TestMain and Get from tests.
+type Shared struct {
+	dir  string
+	once sync.Once
+	f    *Fixture
+}
+
+// Main makes the fixture's folder, runs the tests and removes it; it
+// returns m.Run's code for os.Exit.
+func (s *Shared) Main(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "soma-fixture-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	s.dir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	return code
+}
+
+// Get returns the fixture (real soma-trial runs), building it on first
+// use; it skips or fails t where Python is missing (testutil.NeedPython).
+func (s *Shared) Get(t *testing.T) *Fixture {
+	t.Helper()
+	testutil.NeedPython(t, "argparse")
+	s.once.Do(func() { s.f = Build(t, s.dir) })
+	if s.f == nil {
+		t.Fatal("the fixture could not be built (see the first test that failed)")
+	}
+	return s.f
 }
