@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
@@ -135,8 +137,9 @@ func (s *Study) loadPacks(ctx context.Context, snap *Snapshot) error {
 		}
 		res[i].recs = recs
 		res[i].info.level = level
-		for _, r := range recs {
-			res[i].info.trials = append(res[i].info.trials, r.Number)
+		res[i].info.trials = make([]int, len(recs))
+		for j := range recs {
+			res[i].info.trials[j] = recs[j].Number
 		}
 	})
 	if err := ctx.Err(); err != nil {
@@ -144,7 +147,12 @@ func (s *Study) loadPacks(ctx context.Context, snap *Snapshot) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	added := false
+	n := 0
+	for _, r := range res {
+		n += len(r.recs)
+	}
+	s.growFinal(n)
+	sorted := true // s.finalList is still sorted by number
 	for i, r := range res {
 		if r.gone {
 			continue
@@ -159,24 +167,70 @@ func (s *Study) loadPacks(ctx context.Context, snap *Snapshot) error {
 			continue
 		}
 		s.packs.loaded[todo[i]] = r.info
-		for _, rec := range r.recs {
+		// s.highest is not kept for packed trials: it only guards reads of
+		// trials that have not ended (readLatest), and a trial in s.final
+		// is never read from its folder again.
+		if len(s.finalList) == 0 && strictlyByNumber(r.recs) {
+			// A cold Study's first pack, sorted as writePack writes it:
+			// its records become the list, not copied one by one.
+			for j := range r.recs {
+				rec := &r.recs[j]
+				s.packs.covered[rec.Number] = true
+				s.final[rec.Number] = *rec
+			}
+			s.finalList = r.recs
+			continue
+		}
+		s.finalList = slices.Grow(s.finalList, len(r.recs))
+		for j := range r.recs {
+			rec := &r.recs[j]
 			s.packs.covered[rec.Number] = true
-			if old, ok := s.final[rec.Number]; ok && old.Attempt >= rec.Attempt {
+			old, ok := s.final[rec.Number]
+			if ok && old.Attempt >= rec.Attempt {
 				continue
 			}
-			if _, ok := s.final[rec.Number]; ok {
+			if ok {
 				s.finalList = slices.DeleteFunc(s.finalList, func(x Record) bool { return x.Number == rec.Number })
 			}
-			s.final[rec.Number] = rec
-			s.finalList = append(s.finalList, rec)
-			s.highest[rec.Number] = max(s.highest[rec.Number], rec.Attempt)
-			added = true
+			s.final[rec.Number] = *rec
+			if k := len(s.finalList); sorted && k > 0 && s.finalList[k-1].Number > rec.Number {
+				sorted = false
+			}
+			s.finalList = append(s.finalList, *rec)
 		}
 	}
-	if added {
+	if !sorted {
 		slices.SortFunc(s.finalList, func(a, b Record) int { return a.Number - b.Number })
 	}
 	return nil
+}
+
+// growFinal makes room for n more ended trials in the Study's maps, so a
+// large pack fills them without rehashing maps of large values over and
+// over.
+func (s *Study) growFinal(n int) {
+	if n == 0 {
+		return
+	}
+	// A map cannot be grown in place; an empty one (a cold Study, the
+	// usual case) is replaced by one made for the size.
+	if len(s.final) == 0 {
+		s.final = make(map[int]Record, n)
+	}
+	if len(s.packs.covered) == 0 {
+		s.packs.covered = make(map[int]bool, n)
+	}
+}
+
+// strictlyByNumber reports whether recs are sorted by trial number with
+// no trial twice.
+func strictlyByNumber(recs []Record) bool {
+	for i := 1; i < len(recs); i++ {
+		if recs[i-1].Number >= recs[i].Number {
+			return false
+		}
+	}
+	return true
 }
 
 // Pack writes the ended trials that no pack holds yet into a new pack,
@@ -333,12 +387,22 @@ func (s *Study) encodePack(recs []Record) []byte {
 	return b.Bytes()
 }
 
+// decodePack reads a pack blob into its records, in the order written.
+// Records reference substrings of one copy of the body, and large packs
+// are decoded in parallel chunks of whole lines; the first malformed line
+// (in file order) is the error, as a line-by-line reader would report.
 func (s *Study) decodePack(data []byte) ([]Record, error) {
-	text := string(data)
-	head, body, ok := strings.Cut(text, "\n")
-	if !ok {
+	return s.decodePackIn(data, runtime.GOMAXPROCS(0), packMinChunk)
+}
+
+// decodePackIn is decodePack on at most workers goroutines, each given at
+// least minChunk bytes of lines (tests use small chunks).
+func (s *Study) decodePackIn(data []byte, workers, minChunk int) ([]Record, error) {
+	nl := bytes.IndexByte(data, '\n')
+	if nl < 0 {
 		return nil, fmt.Errorf("pack: no header line")
 	}
+	head := string(data[:nl])
 	hf := strings.Fields(head)
 	if len(hf) != 3 || hf[0] != packFormat {
 		return nil, fmt.Errorf("pack: header %q is not a soma study pack", head)
@@ -349,40 +413,145 @@ func (s *Study) decodePack(data []byte) ([]Record, error) {
 	if hf[2] != s.name {
 		return nil, fmt.Errorf("pack of study %q found in study %q", hf[2], s.name)
 	}
-	var recs []Record
-	for line := range strings.Lines(body) {
-		line = strings.TrimSuffix(line, "\n")
-		f := strings.Split(line, " ")
-		if len(f) < 4 || len(f)%2 != 0 {
-			return nil, fmt.Errorf("pack: malformed line %.60q", line)
+	// One string for the whole body: fields are substrings of it, so a
+	// record costs no allocation for its texts (the cache keeps the body
+	// alive, about the size of the records themselves).
+	body := string(data[nl+1:])
+	chunks := packChunks(body, workers, minChunk)
+	total := 0
+	for i := range chunks {
+		chunks[i].first = total
+		total += chunks[i].lines
+	}
+	recs := make([]Record, total)
+	errs := make([]error, len(chunks))
+	decode := func(i int) {
+		c := chunks[i]
+		errs[i] = s.decodePackLines(body[c.from:c.to], recs[c.first:c.first+c.lines])
+	}
+	if len(chunks) == 1 {
+		decode(0)
+	} else {
+		var wg sync.WaitGroup
+		for i := range chunks {
+			wg.Go(func() { decode(i) })
 		}
-		t, ok1 := parseNumber(f[0])
-		a, ok2 := parseNumber(f[1])
-		d, err := fsstore.ParseDigest(fsstore.Algo + ":" + f[2])
-		ns, err2 := strconv.ParseInt(f[3], 10, 64)
-		if !ok1 || !ok2 || err != nil || err2 != nil {
-			return nil, fmt.Errorf("pack: malformed line %.60q", line)
-		}
-		meta := make(fsstore.Meta, 0, (len(f)-4)/2)
-		for i := 4; i < len(f); i += 2 {
-			k, err1 := packUnescape(f[i])
-			v, err2 := packUnescape(f[i+1])
-			if err := errors.Join(err1, err2); err != nil {
-				return nil, fmt.Errorf("pack: %w", err)
-			}
-			meta = append(meta, fsstore.Pair{Key: k, Value: v})
-		}
-		b := fsstore.Bound{Name: s.names.attempt(t, a), Digest: d, Meta: meta, Time: time.Unix(0, ns)}
-		r, err := decodeRecord(s.name, s.spec.Space, t, a, b)
+		wg.Wait()
+	}
+	for _, err := range errs {
 		if err != nil {
 			return nil, err
 		}
-		if !r.Final(s.spec.MaxRetries) {
-			return nil, fmt.Errorf("pack holds trial %d attempt %d in state %s, which does not end its trial", t, a, r.State)
-		}
-		recs = append(recs, r)
 	}
 	return recs, nil
+}
+
+// packChunk is a run of whole lines of a pack body: body[from:to] holds
+// lines records, the first of which is record number first.
+type packChunk struct {
+	from, to     int
+	lines, first int
+}
+
+// packMinChunk is the least body a goroutine is given: below it, starting
+// one costs more than it saves.
+const packMinChunk = 256 << 10
+
+// packChunks cuts body into at most n runs of whole lines, of about equal
+// size and at least minChunk bytes, and counts their lines. A last line
+// without '\n' counts, as strings.Lines reads it.
+func packChunks(body string, n, minChunk int) []packChunk {
+	n = max(1, min(n, len(body)/max(1, minChunk)))
+	out := make([]packChunk, 0, n)
+	from := 0
+	for i := 1; i <= n && from < len(body); i++ {
+		to := len(body)
+		if i < n {
+			to = max(from, len(body)*i/n)
+			if j := strings.IndexByte(body[to:], '\n'); j >= 0 {
+				to += j + 1
+			} else {
+				to = len(body)
+			}
+		}
+		c := packChunk{from: from, to: to, lines: strings.Count(body[from:to], "\n")}
+		if to > from && body[to-1] != '\n' {
+			c.lines++
+		}
+		out = append(out, c)
+		from = to
+	}
+	if len(out) == 0 {
+		out = append(out, packChunk{})
+	}
+	return out
+}
+
+// decodePackLines decodes the lines of text, one record each, into recs,
+// which has one element per line.
+func (s *Study) decodePackLines(text string, recs []Record) error {
+	// Reused from line to line: decodeRecordInto keeps no Meta.
+	fields := make([]string, 0, 40)
+	meta := make(fsstore.Meta, 0, 16)
+	for i := range recs {
+		line, rest, _ := strings.Cut(text, "\n")
+		text = rest
+		if err := s.decodePackLine(line, &recs[i], &fields, &meta); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// splitSpaces appends the fields of line separated by single spaces to
+// f, as strings.Split(line, " ") returns them, without allocating.
+func splitSpaces(f []string, line string) []string {
+	for {
+		i := strings.IndexByte(line, ' ')
+		if i < 0 {
+			return append(f, line)
+		}
+		f = append(f, line[:i])
+		line = line[i+1:]
+	}
+}
+
+// decodePackLine decodes one record line (without its '\n') into r.
+func (s *Study) decodePackLine(line string, r *Record, fields *[]string, meta *fsstore.Meta) error {
+	f := splitSpaces((*fields)[:0], line)
+	*fields = f
+	if len(f) < 4 || len(f)%2 != 0 {
+		return fmt.Errorf("pack: malformed line %.60q", line)
+	}
+	t, ok1 := parseNumber(f[0])
+	a, ok2 := parseNumber(f[1])
+	d, err := fsstore.ParseDigest(fsstore.Algo + ":" + f[2])
+	ns, err2 := strconv.ParseInt(f[3], 10, 64)
+	if !ok1 || !ok2 || err != nil || err2 != nil {
+		return fmt.Errorf("pack: malformed line %.60q", line)
+	}
+	m := (*meta)[:0]
+	for i := 4; i < len(f); i += 2 {
+		k, err1 := packUnescape(f[i])
+		v, err2 := packUnescape(f[i+1])
+		if err := errors.Join(err1, err2); err != nil {
+			return fmt.Errorf("pack: %w", err)
+		}
+		m = append(m, fsstore.Pair{Key: k, Value: v})
+	}
+	*meta = m
+	// The name is built only for an error: most records never need it.
+	if err := decodeRecordInto(r, s.name, s.spec.Space, t, a, "", d, m, time.Unix(0, ns)); err != nil {
+		var re *RecordError
+		if errors.As(err, &re) && re.Name == "" {
+			re.Name = s.names.attempt(t, a)
+		}
+		return err
+	}
+	if !r.Final(s.spec.MaxRetries) {
+		return fmt.Errorf("pack holds trial %d attempt %d in state %s, which does not end its trial", t, a, r.State)
+	}
+	return nil
 }
 
 func packNeedsEscape(c byte) bool { return c <= ' ' || c == '%' || c == 0x7f }

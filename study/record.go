@@ -262,10 +262,23 @@ func fieldsOf(r *Record) fields {
 // decodeRecord reads an attempt record of trial t, attempt a. The point is
 // read through sp; a point that sp refuses refuses the whole record.
 func decodeRecord(study string, sp *Space, t, a int, b fsstore.Bound) (Record, error) {
-	fail := func(format string, args ...any) (Record, error) {
-		return Record{}, &RecordError{Name: b.Name, Err: fmt.Errorf(format, args...)}
+	var r Record
+	if err := decodeRecordInto(&r, study, sp, t, a, b.Name, b.Digest, b.Meta, b.Time); err != nil {
+		return Record{}, err
 	}
-	m := b.Meta
+	return r, nil
+}
+
+// decodeRecordInto is decodeRecord writing into *r, which it overwrites
+// whole. It neither keeps m nor lets r escape, so a caller decoding many
+// records (a pack) reuses one Meta and writes straight into its result
+// slice instead of copying a Record per call. Every error is a
+// *RecordError named name.
+func decodeRecordInto(r *Record, study string, sp *Space, t, a int, name string, d fsstore.Digest, m fsstore.Meta, tm time.Time) error {
+	fail := func(format string, args ...any) error {
+		*r = Record{}
+		return &RecordError{Name: name, Err: fmt.Errorf(format, args...)}
+	}
 	if k := m.Value(keyKind); k != kindTrial {
 		return fail("kind %q is not a trial record", k)
 	}
@@ -274,9 +287,10 @@ func decodeRecord(study string, sp *Space, t, a int, b fsstore.Bound) (Record, e
 		return fail("record version %q is not a number", m.Value(keyVersion))
 	}
 	if v > RecordVersion {
-		return Record{}, &RecordError{Name: b.Name, Err: fmt.Errorf("%w: record version %d, this soma reads up to %d (upgrade soma on this machine)", ErrNewerFormat, v, RecordVersion)}
+		*r = Record{}
+		return &RecordError{Name: name, Err: fmt.Errorf("%w: record version %d, this soma reads up to %d (upgrade soma on this machine)", ErrNewerFormat, v, RecordVersion)}
 	}
-	r := Record{Study: study, Number: t, Attempt: a, Time: b.Time, blob: b.Digest, AdoptedFrom: -1, LastStep: -1}
+	*r = Record{Study: study, Number: t, Attempt: a, Time: tm, blob: d, AdoptedFrom: -1, LastStep: -1}
 	st, err := ParseState(m.Value(keyState))
 	if err != nil || st == StateStale {
 		return fail("state %q is not a recorded state", m.Value(keyState))
@@ -307,31 +321,47 @@ func decodeRecord(study string, sp *Space, t, a int, b fsstore.Bound) (Record, e
 	if err := num(keyValue, &r.Value, &r.HasValue); err != nil {
 		return fail("%v", err)
 	}
-	ints := []struct {
-		key string
-		dst *int64
-	}{{keyStep, &r.LastStep}, {keyBeat, &r.Beat}}
-	for _, x := range ints {
-		if s, ok := m.Get(x.key); ok {
-			n, err := strconv.ParseInt(s, 10, 64)
-			if err != nil {
-				return fail("%s %q is not a whole number", x.key, s)
-			}
-			*x.dst = n
+	// Spelled out rather than looped over a table of (key, *field): the
+	// table made r escape, one heap Record per decoded record.
+	if s, ok := m.Get(keyStep); ok {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return fail("%s %q is not a whole number", keyStep, s)
 		}
+		r.LastStep = n
 	}
-	smalls := []struct {
-		key string
-		dst *int
-	}{{keyFails, &r.Failures}, {keyPID, &r.Who.PID}, {keyFrom, &r.AdoptedFrom}}
-	for _, x := range smalls {
-		if s, ok := m.Get(x.key); ok {
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 0 {
-				return fail("%s %q is not a whole number", x.key, s)
-			}
-			*x.dst = n
+	if s, ok := m.Get(keyBeat); ok {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return fail("%s %q is not a whole number", keyBeat, s)
 		}
+		r.Beat = n
+	}
+	small := func(key string) (int, bool, error) {
+		s, ok := m.Get(key)
+		if !ok {
+			return 0, false, nil
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return 0, false, fmt.Errorf("%s %q is not a whole number", key, s)
+		}
+		return n, true, nil
+	}
+	if n, ok, err := small(keyFails); err != nil {
+		return fail("%v", err)
+	} else if ok {
+		r.Failures = n
+	}
+	if n, ok, err := small(keyPID); err != nil {
+		return fail("%v", err)
+	} else if ok {
+		r.Who.PID = n
+	}
+	if n, ok, err := small(keyFrom); err != nil {
+		return fail("%v", err)
+	} else if ok {
+		r.AdoptedFrom = n
 	}
 	r.Who.Host = m.Value(keyHost)
 	r.Who.Job = m.Value(keyJob)
@@ -343,7 +373,7 @@ func decodeRecord(study string, sp *Space, t, a int, b fsstore.Bound) (Record, e
 	if r.State == StateDone && !r.HasScore {
 		return fail("state done without a score")
 	}
-	return r, nil
+	return nil
 }
 
 // curveBlob is the blob an attempt record points at: its curve and why it
