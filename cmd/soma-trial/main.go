@@ -161,9 +161,26 @@ func action(c *cli.Context, sig <-chan os.Signal) error {
 		PythonPath: helperDir,
 	}, sig)
 	if err == nil {
-		fmt.Fprintf(c.App.ErrWriter, "soma-trial: %s: ran %d trials %v; stopped: %s\n", st.Name(), sum.Ran, sum.States, sum.Stopped)
+		fmt.Fprintf(c.App.ErrWriter, "soma-trial: %s: ran %d trials (%s); stopped: %s\n", st.Name(), sum.Ran, sum.StatesText(), stopReason(sum.Stopped))
 	}
 	return err
+}
+
+// stopReason explains a Summary.Stopped word.
+func stopReason(s string) string {
+	switch s {
+	case "budget":
+		return "the study's budget is reached"
+	case "trial":
+		return "ran the trial asked for"
+	case "max-trials":
+		return "ran --max-trials"
+	case "no-work":
+		return "nothing claimable now (--no-wait)"
+	case "space-exhausted":
+		return "every point of the discrete space is taken"
+	}
+	return s
 }
 
 func specFromFlags(c *cli.Context) (*study.Spec, error) {

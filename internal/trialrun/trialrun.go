@@ -386,13 +386,13 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) error {
 	case objective.Interrupted:
 		state, score = study.StateInterrupted, math.NaN()
 	case objective.Superseded:
-		l.note(n, a, run.PointText(), "superseded", "", res.Duration)
+		l.note(n, a, shortPoint(run.Values()), "superseded", "", res.Duration)
 		return nil
 	}
 	ferr := run.Finish(rctx, state, score, reason)
 	switch {
 	case errors.Is(ferr, study.ErrSuperseded):
-		l.note(n, a, run.PointText(), "superseded", "result discarded: a newer attempt exists", res.Duration)
+		l.note(n, a, shortPoint(run.Values()), "superseded", "result discarded: a newer attempt exists", res.Duration)
 		return nil
 	case ferr != nil:
 		return fmt.Errorf("soma-trial: record trial %d.%d: %w", n, a, ferr)
@@ -400,13 +400,13 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) error {
 	detail := ""
 	switch state {
 	case study.StateDone:
-		detail = "score " + strconv.FormatFloat(score, 'g', -1, 64)
+		detail = "score " + strconv.FormatFloat(score, 'g', 6, 64)
 	case study.StatePruned:
-		detail = fmt.Sprintf("at step %d (value %g)", res.PrunedAt, score)
+		detail = fmt.Sprintf("at step %d (value %.6g)", res.PrunedAt, score)
 	default:
 		detail = firstLine(res.Reason)
 	}
-	l.note(n, a, run.PointText(), string(state), detail, res.Duration)
+	l.note(n, a, shortPoint(run.Values()), string(state), detail, res.Duration)
 	return nil
 }
 
@@ -419,6 +419,42 @@ func (l *loop) note(n, a int, point, state, detail string, d time.Duration) {
 		detail = " " + detail
 	}
 	l.logf("trial %s %s %s%s (%s)", trialLabel(n, a), point, state, detail, d.Round(time.Millisecond))
+}
+
+// shortPoint is the point for a log line: floats to 4 significant digits
+// (the record keeps them exact; soma best prints them exact).
+func shortPoint(kvs []study.KV) string {
+	var b strings.Builder
+	for i, kv := range kvs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(kv.Name)
+		b.WriteByte('=')
+		text := kv.Text
+		if strings.ContainsAny(text, ".eE") {
+			if v, err := strconv.ParseFloat(text, 64); err == nil {
+				text = strconv.FormatFloat(v, 'g', 4, 64)
+			}
+		}
+		b.WriteString(text)
+	}
+	return b.String()
+}
+
+// StatesText is a Summary's states as "15 done, 9 pruned".
+func (s Summary) StatesText() string {
+	order := []string{"done", "pruned", "failed", "interrupted", "superseded"}
+	var parts []string
+	for _, k := range order {
+		if n := s.States[k]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, k))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // trialLabel is "7", or "7 (attempt 2)" for a retry.
