@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -210,6 +211,13 @@ func specFromFlags(c *cli.Context) (*study.Spec, error) {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	// SOMA_CPUPROFILE=FILE writes a Go CPU profile of this process, for
+	// finding where the time of a trial goes (go tool pprof FILE).
+	if p := os.Getenv("SOMA_CPUPROFILE"); p != "" {
+		if f, err := os.Create(p); err == nil && pprof.StartCPUProfile(f) == nil {
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
+	}
 	ctx := context.Background()
 	sig := make(chan os.Signal, 4)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
