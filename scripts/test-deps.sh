@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(python3 python3-numpy python3-sklearn python3-optuna python3-zarr chromium)
+# gcc and libc6-dev: go test -race needs cgo.
+pkgs=(gcc libc6-dev python3 python3-numpy python3-sklearn python3-optuna python3-zarr chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
