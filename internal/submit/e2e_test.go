@@ -323,7 +323,7 @@ func TestE2EArray(t *testing.T) {
 	}
 	for i := range 4 {
 		log, err := os.ReadFile(filepath.Join(res.Submission.LogDir, fmt.Sprintf("%s_%d.out", id, i)))
-		if err != nil || !strings.Contains(string(log), "soma-trial: s: ran ") || !strings.Contains(string(log), "stopped: budget") {
+		if err != nil || !strings.Contains(string(log), "soma-trial: s: ran ") || !strings.Contains(string(log), "stopped: the study's budget is reached") {
 			t.Errorf("log of task %d (%v) lacks soma-trial's summary:\n%s", i, err, log)
 		}
 	}
