@@ -104,6 +104,7 @@ EXAMPLES:
 			&cli.DurationFlag{Name: "kill-grace", Value: 10 * time.Second, Usage: "time between prune verdict, SIGTERM and SIGKILL"},
 			&cli.DurationFlag{Name: "lease", Value: study.DefaultGrace, Usage: "a running trial with no heartbeat for this long is stale and retried (all processes of a study should agree)"},
 			&cli.BoolFlag{Name: "no-wait", Usage: "exit when every remaining trial runs elsewhere, instead of waiting to retry the ones that go stale"},
+			&cli.BoolFlag{Name: "requeue-on-usr1", Usage: "in a Slurm job: when SIGUSR1 (the pre-timeout warning) interrupts it, ask Slurm to requeue this job (scontrol requeue), so the task starts again and retries the interrupted trial (soma slurm submit sets it)"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log trial starts and every report"},
 		},
 		Action: func(c *cli.Context) error { return action(c, sig) },
@@ -164,7 +165,30 @@ func action(c *cli.Context, sig <-chan os.Signal) error {
 	if err == nil {
 		fmt.Fprintf(c.App.ErrWriter, "soma-trial: %s: ran %d trials (%s); stopped: %s\n", st.Name(), sum.Ran, sum.StatesText(), stopReason(sum.Stopped))
 	}
+	if errors.Is(err, trialrun.ErrInterrupted) && sum.Signal == syscall.SIGUSR1 && c.Bool("requeue-on-usr1") {
+		requeue(c, job, inJob)
+	}
 	return err
+}
+
+// requeue asks Slurm to start this job again after the pre-timeout
+// warning: nothing else restarts a task that ran out of time (--requeue
+// covers node failure and preemption only), and the interrupted trial
+// would wait for the next submission. A failure is reported, not fatal:
+// the trial is recorded interrupted either way.
+func requeue(c *cli.Context, job slurm.Job, inJob bool) {
+	if !inJob {
+		fmt.Fprintln(c.App.ErrWriter, "soma-trial: --requeue-on-usr1: not in a Slurm job; nothing to requeue")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Context), 20*time.Second)
+	defer cancel()
+	ref := slurm.Ref{Job: job.ID}
+	if err := (slurm.Client{}).Requeue(ctx, ref); err != nil {
+		fmt.Fprintf(c.App.ErrWriter, "soma-trial: warning: could not requeue job %s (the interrupted trial waits for another task or submission): %v\n", ref, err)
+		return
+	}
+	fmt.Fprintf(c.App.ErrWriter, "soma-trial: asked Slurm to requeue job %s; it will retry the interrupted trial\n", ref)
 }
 
 // stopReason explains a Summary.Stopped word.

@@ -305,3 +305,46 @@ func TestLoopEndPacksEndedTrials(t *testing.T) {
 		t.Errorf("counts with packs %v, want 300 done", c)
 	}
 }
+
+// Slurm's pre-timeout USR1 with --requeue-on-usr1: the attempt is recorded
+// interrupted and the job asks to be requeued (scontrol requeue), so that
+// the task starts again and retries it. scontrol here is a stand-in that
+// records its arguments; the real requeue is Slurm's.
+func TestRequeueOnUSR1(t *testing.T) {
+	e := newEnv(t)
+	bin2 := t.TempDir()
+	calls := filepath.Join(bin2, "calls")
+	os.WriteFile(filepath.Join(bin2, "scontrol"), []byte("#!/bin/sh\necho \"$@\" >> "+calls+"\n"), 0o755)
+	slurmEnv := []string{"SLURM_JOB_ID=4243", "SLURM_ARRAY_JOB_ID=4242", "SLURM_ARRAY_TASK_ID=1", "SLURMD_NODENAME=node7",
+		"PATH=" + bin2 + ":" + os.Getenv("PATH"), "SLOW_TRIAL=0", "SLOW_SECONDS=30"}
+	c := e.cmd(slurmEnv, append(budget(2), "--trial", "0", "--kill-grace", "1s", "--requeue-on-usr1")...)
+	var log bytes.Buffer
+	c.Stderr = &log
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(e.marks, "0.0.start"))
+	c.Process.Signal(syscall.SIGUSR1)
+	c.Wait()
+	if code := c.ProcessState.ExitCode(); code != exitInterrupted {
+		t.Fatalf("exit %d, want %d\n%s", code, exitInterrupted, log.String())
+	}
+	got, _ := os.ReadFile(calls)
+	if strings.TrimSpace(string(got)) != "requeue 4243" {
+		t.Errorf("scontrol called with %q, want \"requeue 4243\"\n%s", got, log.String())
+	}
+	snap, _ := e.open(t).Trials(context.Background())
+	if r, _ := snap.Trial(0); r.State != study.StateInterrupted || r.Who.Job != "4242_1" || r.Who.Host != "node7" {
+		t.Errorf("trial 0: %s by %+v, want interrupted by node7 4242_1", r.State, r.Who)
+	}
+	// SIGTERM (scancel) is not the pre-timeout warning: no requeue.
+	os.Remove(calls)
+	c = e.cmd(append(slurmEnv[:len(slurmEnv)-2], "SLOW_TRIAL=1", "SLOW_SECONDS=30"), append(budget(2), "--trial", "1", "--kill-grace", "1s", "--requeue-on-usr1")...)
+	c.Start()
+	waitFile(t, filepath.Join(e.marks, "1.0.start"))
+	c.Process.Signal(syscall.SIGTERM)
+	c.Wait()
+	if _, err := os.Stat(calls); err == nil {
+		t.Errorf("scontrol was called after SIGTERM")
+	}
+}

@@ -387,7 +387,7 @@ func TestSlurmSubmitDryRunAndJobs(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("dry run: %d %q", code, errOut)
 	}
-	for _, want := range []string{"#SBATCH --array=0-63%8", "#SBATCH --signal=B:USR1@300", "#SBATCH --partition=gpu", "exec " + fakeTrial + " --root " + root + " --study q -- python3 train.py --lr '{x}'"} {
+	for _, want := range []string{"#SBATCH --array=0-63%8", "#SBATCH --signal=B:USR1@300", "#SBATCH --partition=gpu", "exec " + fakeTrial + " --root " + root + " --study q --requeue-on-usr1 -- python3 train.py --lr '{x}'"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("script lacks %q:\n%s", want, out)
 		}

@@ -301,7 +301,7 @@ func TestE2EArray(t *testing.T) {
 	if blob, err := e.store.Get(context.Background(), res.Submission.Digest); err != nil || string(blob) != string(script) {
 		t.Errorf("script file and recorded blob differ (%v)", err)
 	}
-	wantExec := fmt.Sprintf("\nexec %s --root %s --study %s -- %s %s %s barrier 4\n", trialBin, e.store.Root(), e.study, testutil.Python(), e.obj, e.marks)
+	wantExec := fmt.Sprintf("\nexec %s --root %s --study %s --requeue-on-usr1 -- %s %s %s barrier 4\n", trialBin, e.store.Root(), e.study, testutil.Python(), e.obj, e.marks)
 	if !strings.Contains(string(script), wantExec) {
 		t.Errorf("script lacks the line %q:\n%s", wantExec, script)
 	}
@@ -408,10 +408,10 @@ func TestE2EScancel(t *testing.T) {
 // TestE2ETimeLimit: a job with a 1-minute time limit whose trial outlasts
 // it. The pre-timeout SIGUSR1 (--signal=B:USR1@15, about 15 s before the
 // limit, give or take Slurm's 30 s) reaches soma-trial through the
-// script's exec; it stops the objective and records the attempt
-// interrupted, and the task ends. The same script file, submitted again
-// with plain sbatch, retries the trial and finishes the study: nothing is
-// lost.
+// script's exec; it stops the objective, records the attempt interrupted
+// and, since the script runs it with --requeue-on-usr1, requeues its job.
+// The job's next run retries the trial and finishes the study: nothing is
+// lost and nobody had to resubmit.
 func TestE2ETimeLimit(t *testing.T) {
 	c := needSlurm(t)
 	t.Parallel()
@@ -423,10 +423,11 @@ func TestE2ETimeLimit(t *testing.T) {
 		t.Fatalf("script lacks %q:\n%s", want, res.Script)
 	}
 	e.waitMark(t, id, "victim", 60*time.Second)
-	// The limit is 60 s and Slurm kills within about 30 s after it.
-	tasks := e.waitEnded(t, id, 100*time.Second)
+	// The limit is 60 s and Slurm kills within about 30 s after it; the
+	// requeued run starts some seconds later and retries the trial.
+	tasks := e.waitEnded(t, id, 180*time.Second)
 	if len(tasks) != 1 || tasks[0].State == "TIMEOUT" {
-		t.Errorf("first job ended %+v, want it to end on the warning, before its time limit\n%s", tasks, e.logs(id))
+		t.Errorf("job ended %+v, want it to end on the warning, before its time limit, and its requeued run to complete\n%s", tasks, e.logs(id))
 	}
 	if sig, ok := e.mark("0.0.signal"); !ok || sig != "USR1" {
 		t.Errorf("the objective was stopped by %q (mark present: %v), want USR1 forwarded by soma-trial\n%s", sig, ok, e.logs(id))
@@ -439,20 +440,12 @@ func TestE2ETimeLimit(t *testing.T) {
 		t.Errorf("interrupted attempt names job %q, want %s", recs[0].Who.Job, id)
 	}
 
-	// Resubmit the recorded script unchanged.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	again, err := c.Submit(ctx, res.Submission.ScriptPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cancelAtEnd(t, c, again)
-	tasks = e.waitEnded(t, again, 90*time.Second)
-	if len(tasks) != 1 || tasks[0].State != "COMPLETED" {
-		t.Errorf("resubmitted job ended %+v, want COMPLETED\n%s", tasks, e.logs(again))
-	}
+	// The job requeued itself; its second run (same job id) retried trial 0.
 	done := e.checkDoneOnce(t, budget, e.attempts(t))
-	if r := done[0]; r.Attempt != 1 || r.Who.Job != again.String() {
-		t.Errorf("trial 0 done by attempt %d in job %q, want attempt 1 in the resubmitted job %s", r.Attempt, r.Who.Job, again)
+	if r := done[0]; r.Attempt != 1 || r.Who.Job != id.String() {
+		t.Errorf("trial 0 done by attempt %d in job %q, want attempt 1 in the requeued job %s\n%s", r.Attempt, r.Who.Job, id, e.logs(id))
+	}
+	if logs := e.logs(id); !strings.Contains(logs, "asked Slurm to requeue job") || !strings.Contains(logs, "restart 1") {
+		t.Errorf("the job's log does not show the requeue and the restart:\n%s", logs)
 	}
 }

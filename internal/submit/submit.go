@@ -166,8 +166,16 @@ func Submit(ctx context.Context, store *fsstore.Store, o Options) (Result, error
 		return Result{}, err
 	}
 	root := store.Root()
+	trialArgs := o.TrialArgs
+	if !o.NoRequeue {
+		// Nothing restarts a task that ran out of time (--requeue covers
+		// node failure and preemption): after the pre-timeout USR1,
+		// soma-trial records its trial interrupted and requeues its job,
+		// whose next run retries the trial.
+		trialArgs = append([]string{"--requeue-on-usr1"}, trialArgs...)
+	}
 	argv, err := slurm.TrialCommand{
-		Bin: bin, Root: root, Study: o.Study, Args: o.TrialArgs, Objective: o.Objective,
+		Bin: bin, Root: root, Study: o.Study, Args: trialArgs, Objective: o.Objective,
 	}.Argv()
 	if err != nil {
 		return Result{}, fmt.Errorf("submit: %w", err)

@@ -55,6 +55,8 @@ type Summary struct {
 	States      map[string]int `json:"states"`
 	Stopped     string         `json:"stopped"` // budget, trial, max-trials, no-work, interrupted, space-exhausted
 	Interrupted bool           `json:"interrupted"`
+	// Signal is the signal that interrupted the loop, if one did.
+	Signal syscall.Signal `json:"-"`
 }
 
 // ErrInterrupted is returned when a signal stopped the loop; the attempts
@@ -122,7 +124,7 @@ func Run(ctx context.Context, st *study.Study, root string, o Options, sig <-cha
 	}
 	wg.Wait()
 	if l.stopped.Load() {
-		l.sum.Stopped, l.sum.Interrupted = "interrupted", true
+		l.sum.Stopped, l.sum.Interrupted, l.sum.Signal = "interrupted", true, l.signal
 		return l.sum, fmt.Errorf("%w by %s", ErrInterrupted, l.signal)
 	}
 	l.sum.Stopped = reasons[0]
