@@ -50,6 +50,11 @@ type Script struct {
 	// Note is free text for the script's header comment, such as the
 	// command that wrote it; it may span lines.
 	Note string
+	// Setup holds shell lines run before the exec, one line each, like
+	// "module load cuda/12.4" or "source /scratch/venv/bin/activate". They
+	// run under 'set -e': a failing line ends the task before soma-trial
+	// starts. They must not start background work or trap signals.
+	Setup []string
 }
 
 // TrialCommand is the soma-trial command line that a Script runs.
@@ -203,6 +208,16 @@ func (s Script) Render() ([]byte, error) {
 			bad("sbatch option %q is set by soma from %s; give that instead", o, field)
 		}
 	}
+	for _, l := range s.Setup {
+		switch t := strings.TrimSpace(l); {
+		case t == "":
+			bad("setup line %q is empty", l)
+		case hasControl(strings.ReplaceAll(l, "\t", "")):
+			bad("setup line %q contains control characters (give one shell line per entry)", l)
+		case t == "exec" || strings.HasPrefix(t, "exec "):
+			bad("setup line %q execs: soma execs soma-trial itself, after the setup", l)
+		}
+	}
 	if hasControl(strings.ReplaceAll(strings.ReplaceAll(s.Note, "\n", ""), "\t", "")) {
 		bad("note %q contains control characters other than newlines and tabs", s.Note)
 	}
@@ -278,6 +293,15 @@ func (s Script) Render() ([]byte, error) {
 	line("")
 	line(`echo "soma: job ${SLURM_JOB_ID:-?}${SLURM_ARRAY_JOB_ID:+ (task ${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID})}, restart ${SLURM_RESTART_COUNT:-0}, on ${SLURMD_NODENAME:-$(hostname)}, $(date '+%%F %%T')"`)
 	line("")
+	if len(s.Setup) > 0 {
+		line("# Setup given to soma; a failing line ends the task before soma-trial starts.")
+		line("set -e")
+		for _, l := range s.Setup {
+			line("%s", l)
+		}
+		line("set +e")
+		line("")
+	}
 	line("# exec replaces this shell by the command, in the same process. It has to:")
 	line("# --signal=B:USR1 signals the batch shell only, never its children, and a")
 	line("# shell would run a trap only after its foreground child ended. After exec")

@@ -44,6 +44,7 @@ func goldenScripts(t *testing.T) map[string]Script {
 			}),
 			LogDir: "/scratch/soma/slurm/spam",
 			Sbatch: []string{"--partition=gpu", "--gres=gpu:1", "--cpus-per-task=4", "--mem=16G"},
+			Setup:  []string{"module load cuda/12.4", "source /scratch/venv/bin/activate"},
 			Note:   "soma slurm submit /scratch/soma --study spam --array 0-63%16 --time 4h\n-- python train.py --lr {lr} --batch {batch}",
 		},
 		"single": {
@@ -198,6 +199,9 @@ func TestScriptErrors(t *testing.T) {
 		{"owned --no-requeue", with(func(s *Script) { s.Sbatch = []string{"--no-requeue"} }), "requeue"},
 		{"owned -J", with(func(s *Script) { s.Sbatch = []string{"-Jname"} }), "the job name"},
 		{"owned --wrap", with(func(s *Script) { s.Sbatch = []string{"--wrap=true"} }), "the command"},
+		{"empty setup line", with(func(s *Script) { s.Setup = []string{"  "} }), "setup line"},
+		{"setup with newline", with(func(s *Script) { s.Setup = []string{"module load a\nmodule load b"} }), "one shell line per entry"},
+		{"setup that execs", with(func(s *Script) { s.Setup = []string{"exec python x.py"} }), "soma execs soma-trial itself"},
 		{"note with control", with(func(s *Script) { s.Note = "a\x1bb" }), "note"},
 	}
 	for _, tc := range tests {
@@ -405,4 +409,35 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// A failing setup line ends the task before the command runs; the lines
+// before it have run.
+func TestScriptSetupRunsFirstAndStopsOnFailure(t *testing.T) {
+	dir := t.TempDir()
+	marks := filepath.Join(dir, "marks")
+	for _, tc := range []struct {
+		name    string
+		setup   []string
+		wantRan string
+		wantErr bool
+	}{
+		{"setup then command", []string{"echo setup >> " + marks}, "setup\ncommand\n", false},
+		{"failing setup stops the task", []string{"echo setup >> " + marks, "false", "echo after >> " + marks}, "setup\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			os.Remove(marks)
+			text, err := Script{Command: []string{"bash", "-c", "echo command >> " + marks}, LogDir: dir, Setup: tc.setup}.Render()
+			if err != nil {
+				t.Fatal(err)
+			}
+			script := filepath.Join(dir, "job.sh")
+			os.WriteFile(script, text, 0o755)
+			err = exec.Command("bash", script).Run()
+			got, _ := os.ReadFile(marks)
+			if string(got) != tc.wantRan || (err != nil) != tc.wantErr {
+				t.Errorf("ran %q (err %v), want %q (err %v)", got, err, tc.wantRan, tc.wantErr)
+			}
+		})
+	}
 }

@@ -83,7 +83,11 @@ EXAMPLES:
 		Writer:          stdout,
 		ErrWriter:       stderr,
 		HideHelpCommand: true,
-		ExitErrHandler:  func(*cli.Context, error) {},
+		// urfave splits slice flags on commas by default, which cut
+		// --param opt=choice:adam,sgd into "opt=choice:adam" and "sgd"
+		// (bug found after the README showed exactly that example).
+		DisableSliceFlagSeparator: true,
+		ExitErrHandler:            func(*cli.Context, error) {},
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
 			return usageError{err}
 		},

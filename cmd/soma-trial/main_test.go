@@ -348,3 +348,27 @@ func TestRequeueOnUSR1(t *testing.T) {
 		t.Errorf("scontrol was called after SIGTERM")
 	}
 }
+
+// Regression: urfave/cli split slice flags on commas, so a choice knob
+// given as --param opt=choice:adam,sgd was read as two params.
+func TestParamChoiceKeepsItsCommas(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root")
+	c := exec.Command(bin, "--root", root, "--study", "s", "--param", "x=int:0:1", "--param", "opt=choice:adam,sgd,rmsprop",
+		"--sampler", "grid", "--budget", "0", "--no-wait", "--", "/bin/echo", "1")
+	out, err := c.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	st, err := fsstore.Open(root, fsstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := study.Open(context.Background(), st, "s", nil, study.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	knobs := s.Space().Knobs()
+	if len(knobs) != 2 || len(knobs[1].Choices) != 3 {
+		t.Errorf("knobs %+v, want x and opt with 3 choices", knobs)
+	}
+}

@@ -58,7 +58,10 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		ErrWriter:              stderr,
 		HideHelpCommand:        true,
 		UseShortOptionHandling: false,
-		ExitErrHandler:         func(*cli.Context, error) {},
+		// Repeated flags keep commas: --sbatch-opt=--gres=gpu:1,mps:2 is one
+		// option, --setup 'module load a,b' one line.
+		DisableSliceFlagSeparator: true,
+		ExitErrHandler:            func(*cli.Context, error) {},
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return usageError{err}
 		},

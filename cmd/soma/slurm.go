@@ -35,7 +35,8 @@ EXAMPLES:
    # 64 tasks, 8 at a time, on a GPU partition
    soma slurm submit /scratch/$USER/soma --study lr --spec lr.toml \
        --array 0-63%8 --time 4h --grace 5m \
-       --sbatch-opt --partition=gpu --sbatch-opt --gres=gpu:1 \
+       --sbatch-opt=--partition=gpu --sbatch-opt=--gres=gpu:1 \
+       --setup 'module load cuda/12.4' \
        -- /scratch/$USER/venv/bin/python train.py --lr {lr}
 
    # print the script, change nothing
@@ -59,6 +60,7 @@ func newSlurmCommand() *cli.Command {
 					&cli.DurationFlag{Name: "grace", Usage: "SIGUSR1 this long before the time limit (default 2m)"},
 					&cli.StringFlag{Name: "name", Usage: "the job name (default soma-<study>)"},
 					&cli.StringSliceFlag{Name: "sbatch-opt", Usage: "another #SBATCH option, like --partition=gpu (repeat)"},
+					&cli.StringSliceFlag{Name: "setup", Usage: "a shell `LINE` the script runs before soma-trial, like 'module load cuda/12.4' (repeat)"},
 					&cli.StringSliceFlag{Name: "trial-opt", Usage: "another soma-trial flag, like --lease=10m or --parallel=2 (repeat)"},
 					&cli.StringFlag{Name: "soma-trial", Usage: "the soma-trial `PATH` the tasks run (default: next to soma, else PATH)"},
 					&cli.BoolFlag{Name: "no-requeue", Usage: "submit with --no-requeue"},
@@ -103,6 +105,7 @@ func newSlurmCommand() *cli.Command {
 						NoRequeue: c.Bool("no-requeue"),
 						Name:      c.String("name"),
 						Sbatch:    c.StringSlice("sbatch-opt"),
+						Setup:     c.StringSlice("setup"),
 						TrialArgs: c.StringSlice("trial-opt"),
 						TrialBin:  c.String("soma-trial"),
 						Note:      strings.Join(os.Args, " "),

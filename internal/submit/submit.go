@@ -66,6 +66,9 @@ type Options struct {
 	// is made absolute, and must be reachable at that path on the compute
 	// nodes (a shared filesystem, or the same install everywhere).
 	TrialBin string
+	// Setup holds shell lines the script runs before soma-trial, like
+	// "module load cuda/12.4" (see slurm.Script.Setup).
+	Setup []string
 	// Note is free text for the script's header, such as the command line
 	// that asked for the submission; it may span lines.
 	Note string
@@ -198,6 +201,7 @@ func Submit(ctx context.Context, store *fsstore.Store, o Options) (Result, error
 		Grace:     grace,
 		NoRequeue: o.NoRequeue,
 		Sbatch:    o.Sbatch,
+		Setup:     o.Setup,
 		Note:      note(o, root, logDir),
 	}.Render()
 	if err != nil {

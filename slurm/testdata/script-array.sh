@@ -31,6 +31,12 @@
 
 echo "soma: job ${SLURM_JOB_ID:-?}${SLURM_ARRAY_JOB_ID:+ (task ${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID})}, restart ${SLURM_RESTART_COUNT:-0}, on ${SLURMD_NODENAME:-$(hostname)}, $(date '+%F %T')"
 
+# Setup given to soma; a failing line ends the task before soma-trial starts.
+set -e
+module load cuda/12.4
+source /scratch/venv/bin/activate
+set +e
+
 # exec replaces this shell by the command, in the same process. It has to:
 # --signal=B:USR1 signals the batch shell only, never its children, and a
 # shell would run a trap only after its foreground child ended. After exec
