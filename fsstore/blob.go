@@ -11,8 +11,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sync"
 	"syscall"
+
+	"golang.org/x/sync/errgroup"
 )
 
 func (s *Store) blobPath(d Digest) string {
@@ -171,36 +172,18 @@ func (s *Store) GetMany(ctx context.Context, ds []Digest) []Blob {
 	return out
 }
 
-// each runs fn(0..n-1) on at most s.parallel goroutines and waits for them.
+// each runs fn(0..n-1) on at most s.parallel goroutines and waits for
+// them; it stops handing out work once ctx is done.
 func (s *Store) each(ctx context.Context, n int, fn func(i int)) {
-	workers := min(s.parallel, n)
-	if workers <= 1 {
-		for i := range n {
-			if ctx.Err() != nil {
-				return
-			}
-			fn(i)
+	var g errgroup.Group
+	g.SetLimit(s.parallel)
+	for i := range n {
+		if ctx.Err() != nil {
+			break
 		}
-		return
+		g.Go(func() error { fn(i); return nil })
 	}
-	var next sync.Mutex
-	i := 0
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				next.Lock()
-				j := i
-				i++
-				next.Unlock()
-				if j >= n || ctx.Err() != nil {
-					return
-				}
-				fn(j)
-			}
-		})
-	}
-	wg.Wait()
+	g.Wait()
 }
 
 type countWriter struct {

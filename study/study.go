@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/soma-hpc/soma/fsstore"
 )
 
@@ -344,34 +346,16 @@ func List(ctx context.Context, store Store) ([]string, error) {
 	return out, nil
 }
 
-// forEach runs fn(0..n-1) on up to workers goroutines and waits for them.
+// forEach runs fn(0..n-1) on up to workers goroutines and waits for them;
+// it stops handing out work once ctx is done.
 func forEach(ctx context.Context, n, workers int, fn func(i int)) {
-	workers = min(workers, n)
-	if workers <= 1 {
-		for i := range n {
-			if ctx.Err() != nil {
-				return
-			}
-			fn(i)
+	var g errgroup.Group
+	g.SetLimit(max(1, workers))
+	for i := range n {
+		if ctx.Err() != nil {
+			break
 		}
-		return
+		g.Go(func() error { fn(i); return nil })
 	}
-	var mu sync.Mutex
-	next := 0
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				mu.Lock()
-				i := next
-				next++
-				mu.Unlock()
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				fn(i)
-			}
-		})
-	}
-	wg.Wait()
+	g.Wait()
 }
