@@ -154,6 +154,7 @@ type Study struct {
 	packs     packCache
 	lowFree   int  // every trial number below it exists in the store
 	nexts     int  // Next calls so far, to spread concurrent claimers
+	contended bool // this process lost a race for a new trial number
 	noPacks   bool // test seam: read every trial from its folder
 }
 

@@ -75,7 +75,9 @@ func (s *Study) Next(ctx context.Context, who Who) (*Run, error) {
 	// with 8 processes). Each process (and each call) jumps to its own
 	// place in the window, which wraps; the plain scan below then covers
 	// the rest, so every number is still claimed by someone. A process
-	// that never loses claims in order.
+	// that never loses claims in order; one that lost once starts spread
+	// out from then on (else each of its claims would first lose the
+	// race for the lowest number again).
 	tried := map[int]bool{}
 	var window []int
 	for n := low; n < s.limit && len(window) < spreadWindow; n++ {
@@ -83,13 +85,24 @@ func (s *Study) Next(ctx context.Context, who Who) (*Run, error) {
 			window = append(window, n)
 		}
 	}
+	s.mu.Lock()
+	contended := s.contended
+	s.mu.Unlock()
 	if len(window) > 0 {
-		tried[window[0]] = true
-		run, err := s.claimNew(ctx, window[0], who, h)
-		if err == nil || !errors.Is(err, ErrTaken) {
-			return run, err
+		rest := window
+		if !contended {
+			tried[window[0]] = true
+			run, err := s.claimNew(ctx, window[0], who, h)
+			if err == nil || !errors.Is(err, ErrTaken) {
+				return run, err
+			}
+			// Others claim here too: from now on start spread out.
+			s.mu.Lock()
+			s.contended = true
+			s.mu.Unlock()
+			rest = window[1:]
 		}
-		if rest := window[1:]; len(rest) > 0 {
+		if len(rest) > 0 {
 			start := int((spreadSeed(who) + uint64(calls)) % uint64(len(rest)))
 			for i := range rest {
 				n := rest[(start+i)%len(rest)]
