@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # gcc and libc6-dev: go test -race needs cgo.
-pkgs=(gcc libc6-dev python3 python3-numpy python3-sklearn python3-optuna python3-zarr chromium)
+pkgs=(gcc libc6-dev shellcheck python3 python3-numpy python3-sklearn python3-optuna python3-pandas python3-zarr chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -20,7 +20,7 @@ if ((${#missing[@]})); then
   fi
   export DEBIAN_FRONTEND=noninteractive
   apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
-  apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 install -y -q "${missing[@]}" >/dev/null
 fi
 echo "test-deps: debian packages ok ($(/usr/bin/python3 -c 'import optuna, zarr, sklearn; print("optuna", optuna.__version__, "zarr", zarr.__version__)'))"
 

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/soma-hpc/soma/internal/testutil"
 )
 
 // weirdArgs are arguments that break naive quoting.
@@ -110,9 +112,8 @@ func TestScriptGolden(t *testing.T) {
 }
 
 func TestScriptShellcheck(t *testing.T) {
-	if _, err := exec.LookPath("shellcheck"); err != nil {
-		t.Skip("skipping: shellcheck is not installed (apt-get install shellcheck)")
-	}
+	_, err := exec.LookPath("shellcheck")
+	testutil.Need(t, err == nil, "shellcheck (apt-get install shellcheck)")
 	files, _ := filepath.Glob(filepath.Join("testdata", "script-*.sh"))
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {

@@ -125,9 +125,7 @@ func TestTrialsExport(t *testing.T) {
 
 // TestTrialsLoadInPandas reads both exports the way the help says.
 func TestTrialsLoadInPandas(t *testing.T) {
-	if !testutil.PythonHas("pandas") {
-		t.Skip("no pandas for " + testutil.Python())
-	}
+	testutil.NeedPython(t, "pandas")
 	ctx := context.Background()
 	_, st := openFixture(t)
 	dir := t.TempDir()
