@@ -32,11 +32,7 @@ func newBestCommand() *cli.Command {
 			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "text", Usage: "text, json, or args (shell-ready --name value words)"},
 		},
 		Action: func(c *cli.Context) error {
-			root, err := rootArg(c, 0)
-			if err != nil {
-				return err
-			}
-			name, err := needStudy(c)
+			root, name, err := rootAndStudy(c, 0)
 			if err != nil {
 				return err
 			}
@@ -46,11 +42,7 @@ func newBestCommand() *cli.Command {
 			default:
 				return usagef("--format %q: want text, json or args", format)
 			}
-			s, err := status.Open(root)
-			if err != nil {
-				return err
-			}
-			st, err := status.OpenStudy(c.Context, s, name, 0)
+			_, st, err := openStudy(c, root, name, 0)
 			if err != nil {
 				return err
 			}

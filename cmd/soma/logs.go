@@ -35,11 +35,7 @@ func newLogsCommand() *cli.Command {
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing until the attempt ends (Ctrl-C stops)"},
 		},
 		Action: func(c *cli.Context) error {
-			root, err := rootArg(c, 1)
-			if err != nil {
-				return err
-			}
-			name, err := needStudy(c)
+			root, name, err := rootAndStudy(c, 1)
 			if err != nil {
 				return err
 			}
@@ -53,11 +49,7 @@ func newLogsCommand() *cli.Command {
 			if a := c.Int("attempt"); a < -1 {
 				return usagef("--attempt %d: want 0 or more", a)
 			}
-			s, err := status.Open(root)
-			if err != nil {
-				return err
-			}
-			st, err := status.OpenStudy(c.Context, s, name, 0)
+			s, st, err := openStudy(c, root, name, 0)
 			if err != nil {
 				return err
 			}

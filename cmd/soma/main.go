@@ -12,7 +12,10 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/soma-hpc/soma/internal/status"
+	"github.com/soma-hpc/soma/study"
 	"github.com/urfave/cli/v2"
 )
 
@@ -230,4 +233,29 @@ func needStudy(c *cli.Context) (string, error) {
 		return "", usagef("--study is required: name the study (soma status ROOT lists them)")
 	}
 	return s, nil
+}
+
+// rootAndStudy returns the ROOT argument (extra more arguments allowed)
+// and --study, both required.
+func rootAndStudy(c *cli.Context, extra int) (root, name string, err error) {
+	if root, err = rootArg(c, extra); err != nil {
+		return "", "", err
+	}
+	if name, err = needStudy(c); err != nil {
+		return "", "", err
+	}
+	return root, name, nil
+}
+
+// openStudy opens the store at root for reading, and study name in it.
+func openStudy(c *cli.Context, root, name string, lease time.Duration) (*status.Store, *study.Study, error) {
+	s, err := status.Open(root)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := status.OpenStudy(c.Context, s, name, lease)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, st, nil
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/soma-hpc/soma/internal/report"
-	"github.com/soma-hpc/soma/internal/status"
 )
 
 const reportDescription = `Writes one self-contained HTML file about a study: what a researcher
@@ -43,11 +42,7 @@ func newReportCommand() *cli.Command {
 			&cli.StringFlag{Name: "title", Usage: "the page's title (default: soma report: STUDY)"},
 		},
 		Action: func(c *cli.Context) error {
-			root, err := rootArg(c, 0)
-			if err != nil {
-				return err
-			}
-			name, err := needStudy(c)
+			root, name, err := rootAndStudy(c, 0)
 			if err != nil {
 				return err
 			}
@@ -55,11 +50,7 @@ func newReportCommand() *cli.Command {
 			if out == "" {
 				return usagef("-o is required: the HTML file to write, e.g. -o %s.html", name)
 			}
-			s, err := status.Open(root)
-			if err != nil {
-				return err
-			}
-			st, err := status.OpenStudy(c.Context, s, name, 0)
+			s, st, err := openStudy(c, root, name, 0)
 			if err != nil {
 				return err
 			}

@@ -37,11 +37,7 @@ func newTrialsCommand() *cli.Command {
 			&cli.DurationFlag{Name: "lease", Usage: "a running trial silent this long reads stale (default 5m0s)"},
 		},
 		Action: func(c *cli.Context) error {
-			root, err := rootArg(c, 0)
-			if err != nil {
-				return err
-			}
-			name, err := needStudy(c)
+			root, name, err := rootAndStudy(c, 0)
 			if err != nil {
 				return err
 			}
@@ -50,11 +46,7 @@ func newTrialsCommand() *cli.Command {
 			default:
 				return usagef("--format %q: want csv, json or jsonl", f)
 			}
-			s, err := status.Open(root)
-			if err != nil {
-				return err
-			}
-			st, err := status.OpenStudy(c.Context, s, name, c.Duration("lease"))
+			_, st, err := openStudy(c, root, name, c.Duration("lease"))
 			if err != nil {
 				return err
 			}
