@@ -98,6 +98,14 @@ func Open(root string, opts Options) (*Store, error) {
 	case err != nil:
 		return nil, fmt.Errorf("fsstore: open %s: %w", abs, err)
 	case len(entries) > 0 && !onlyStoreFolders(entries):
+		// The marker may have been linked between our read of it and the
+		// listing, by a process that has since made its own folders here
+		// (soma-trial's logs/): read it again before refusing. (Bug: 8
+		// soma-trials starting together on a new folder; one in three
+		// runs, one of them refused the store as "not a store".)
+		if b, err := os.ReadFile(filepath.Join(abs, markerName)); err == nil {
+			return s, s.checkMarker(b)
+		}
 		return nil, fmt.Errorf("%w: %s is not empty and has no %s; point soma at an empty or new folder", ErrNotStore, abs, markerName)
 	case !opts.Create:
 		return nil, fmt.Errorf("%w: %s has no %s (create a store there with 'soma init')", ErrNotStore, abs, markerName)
