@@ -40,8 +40,11 @@ type Snapshot struct {
 	// trial records (stray files, editor droppings); they are ignored.
 	Foreign int
 
-	present []int       // trial numbers that exist in the store, sorted
-	broken  map[int]int // trial -> attempt whose record is unreadable
+	present []int        // trial numbers listed in the store, sorted (shared: read only)
+	extra   map[int]bool // numbers learned since that listing (claims, lost races)
+	broken  map[int]int  // trial -> attempt whose record is unreadable
+	open    []Record     // the trials that have not ended, by number
+	ended   int          // trials below Limit that have ended
 }
 
 // History returns the sampler's and pruner's view of s (types.go).
@@ -101,7 +104,7 @@ func (s *Snapshot) Counts() map[State]int {
 // readable record yet).
 func (s *Snapshot) has(n int) bool {
 	_, ok := slices.BinarySearch(s.present, n)
-	return ok
+	return ok || s.extra[n]
 }
 
 // Trial returns trial n's latest attempt, if the snapshot holds it.
@@ -286,6 +289,31 @@ func (s *Study) readLatest(ctx context.Context, n int) trialRead {
 
 // snapshot reads the latest attempt of every trial; see Trials.
 func (s *Study) snapshot(ctx context.Context) (*Snapshot, error) {
+	return s.look(ctx, false, true)
+}
+
+// Listing the trial folder costs one directory entry per trial (a 100k
+// trial study: ~70 ms on a local disk, seconds over NFS), and Next used to
+// do it for every trial it handed out, so a budget of n trials cost O(n²).
+// Next now reuses the last listing (plus the numbers it has learned since:
+// its own claims and the numbers it found taken) for a while, when its
+// sampler does not need the other trials' results; see look.
+const (
+	// relistAfter: a listing is reused for at least this long...
+	relistAfter = time.Second
+	// ...and at most relistShare of the time goes to listing.
+	relistShare = 20
+)
+
+// look reads the latest attempt of every trial that has not ended (those
+// that have are cached). With quick, it may instead reuse what the last
+// look found (see relistAfter), reading nothing: numbers taken by other
+// processes since then are found when claiming them, and trials that
+// other processes interrupt, or that go stale, are retried once the next
+// look sees them. With trials, Snapshot.Trials holds every trial, else only
+// the ones that have not ended (Next's view, which a large study would
+// otherwise copy whole on every call).
+func (s *Study) look(ctx context.Context, quick, trials bool) (*Snapshot, error) {
 	now, err := s.clock.now(ctx, s.store)
 	if err != nil {
 		return nil, fmt.Errorf("study %s: %w", s.name, err)
@@ -294,26 +322,73 @@ func (s *Study) snapshot(ctx context.Context) (*Snapshot, error) {
 		Study: s.name, Direction: s.spec.Direction, Limit: s.limit, Now: now,
 		broken: make(map[int]int),
 	}
-	if err := s.loadPacks(ctx, snap); err != nil {
-		return nil, err
+	s.mu.Lock()
+	if quick {
+		since := time.Since(s.listedAt)
+		quick = s.listed != nil && since >= 0 && since < max(relistAfter, relistShare*s.listTook)
 	}
-	kids, err := s.store.Children(ctx, s.names.trials())
-	if err != nil {
-		return nil, fmt.Errorf("study %s: %w", s.name, err)
-	}
-	present := make([]int, 0, len(kids))
-	for _, k := range kids {
-		n, ok := parseNumber(k)
-		if !ok {
-			snap.Foreign++
-			continue
+	if quick {
+		// No listing and no reads: the trials that had not ended at the
+		// last look, less those that have since, or that have a newer
+		// attempt (a retry claimed since).
+		snap.present, snap.Foreign = s.listed, s.listForeign
+		snap.extra = maps.Clone(s.learned)
+		for _, r := range s.lastOpen {
+			if _, ended := s.final[r.Number]; !ended && s.highest[r.Number] <= r.Attempt {
+				snap.open = append(snap.open, r)
+			}
 		}
-		present = append(present, n)
+		snap.ended, _ = slices.BinarySearchFunc(s.finalList, s.limit, func(r Record, n int) int { return r.Number - n })
+		snap.Trials = snap.open
+		if trials {
+			snap.Trials = mergeRecords(s.finalList, slices.Clone(snap.open))
+		}
+		s.mu.Unlock()
+		return snap, nil
 	}
-	slices.Sort(present)
+	s.mu.Unlock()
+	var present []int
+	start := time.Now()
+	{
+		if err := s.loadPacks(ctx, snap); err != nil {
+			return nil, err
+		}
+		kids, err := s.store.Children(ctx, s.names.trials())
+		if err != nil {
+			return nil, fmt.Errorf("study %s: %w", s.name, err)
+		}
+		present = make([]int, 0, len(kids))
+		for _, k := range kids {
+			n, ok := parseNumber(k)
+			if !ok {
+				snap.Foreign++
+				continue
+			}
+			present = append(present, n)
+		}
+		slices.Sort(present)
+		s.mu.Lock()
+		// Trial numbers known from packs or earlier reads count as present
+		// even where a lagging listing misses them.
+		if len(s.finalList) > 0 {
+			present = mergeNumbers(present, s.finalList)
+		}
+		s.listed, s.listForeign = present, snap.Foreign
+		maps.DeleteFunc(s.learned, func(n int, _ bool) bool {
+			_, ok := slices.BinarySearch(present, n)
+			return ok
+		})
+		snap.extra = maps.Clone(s.learned)
+		s.mu.Unlock()
+	}
 	var todo []int
 	s.mu.Lock()
 	for _, n := range present {
+		if _, ok := s.final[n]; !ok {
+			todo = append(todo, n)
+		}
+	}
+	for n := range snap.extra {
 		if _, ok := s.final[n]; !ok {
 			todo = append(todo, n)
 		}
@@ -328,7 +403,6 @@ func (s *Study) snapshot(ctx context.Context) (*Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var open []Record // trials that have not ended
-	added := false
 	for _, rd := range reads {
 		snap.Foreign += rd.foreign
 		if rd.fatal != nil {
@@ -353,24 +427,35 @@ func (s *Study) snapshot(ctx context.Context) (*Snapshot, error) {
 			open = append(open, r)
 			continue
 		}
-		if _, ok := s.final[r.Number]; !ok {
-			s.final[r.Number] = r
-			s.finalList = append(s.finalList, r)
-			added = true
-		}
-		s.beats.forget(r.Number)
+		s.addFinal(r)
 	}
-	if added {
-		slices.SortFunc(s.finalList, func(a, b Record) int { return a.Number - b.Number })
+	slices.SortFunc(open, func(x, y Record) int { return x.Number - y.Number })
+	snap.present, snap.open = present, open
+	s.lastOpen, s.listedAt, s.listTook = open, start, time.Since(start)
+	snap.ended, _ = slices.BinarySearchFunc(s.finalList, s.limit, func(r Record, n int) int { return r.Number - n })
+	if trials {
+		snap.Trials = mergeRecords(s.finalList, open)
+	} else {
+		snap.Trials = open
 	}
-	// Trial numbers known from packs or earlier reads count as present
-	// even where a lagging listing misses them.
-	if len(s.finalList) > 0 {
-		present = mergeNumbers(present, s.finalList)
-	}
-	snap.present = present
-	snap.Trials = mergeRecords(s.finalList, open)
 	return snap, nil
+}
+
+// addFinal caches r, the latest attempt of a trial that has ended. The
+// caller holds s.mu.
+func (s *Study) addFinal(r Record) {
+	if old, ok := s.final[r.Number]; ok && old.Attempt >= r.Attempt {
+		return
+	}
+	s.final[r.Number] = r
+	s.beats.forget(r.Number)
+	// Trials mostly end in number order: appending is the common case.
+	i, found := slices.BinarySearchFunc(s.finalList, r.Number, func(x Record, n int) int { return x.Number - n })
+	if found {
+		s.finalList[i] = r
+		return
+	}
+	s.finalList = slices.Insert(s.finalList, i, r)
 }
 
 // mergeRecords merges two lists sorted by trial number into a new one.

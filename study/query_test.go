@@ -2,6 +2,7 @@ package study
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"testing"
@@ -153,6 +154,111 @@ func TestBestDirection(t *testing.T) {
 		snap, _ := s.Trials(ctx)
 		if c := snap.Counts(); c[StateDone] != 3 || c[StateFailed] != 1 {
 			t.Errorf("Counts = %v", c)
+		}
+	}
+}
+
+// Next must not list the trial folder for every trial it hands out: a
+// budget of n trials used to cost n listings of up to n entries each.
+func TestNextReusesListing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := recStore(t)
+	c := fsstore.NewCounter(st)
+	const n = 60
+	s := recOpen(t, c, "s", recSpec(t, recContinuous, "minimize", "random", "none", n), 0)
+	c.Reset()
+	for i := range n {
+		run, err := s.Next(ctx, recWho)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run.Number() != i {
+			t.Fatalf("Next #%d gave trial %d", i, run.Number())
+		}
+		if err := run.Finish(ctx, StateDone, float64(i), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each listing is a fresh look (at most one per relistAfter); the
+	// trials this process ran itself are never read back.
+	if got := c.Lists.Load(); got > 10 {
+		t.Errorf("%d trials made %d listings, want a few (the last listing is reused)", n, got)
+	}
+	if got := c.Resolves.Load(); got > 2*n {
+		t.Errorf("%d trials resolved %d names, want at most 2 per trial", n, got)
+	}
+	// The end is decided on a fresh listing.
+	c.Reset()
+	if _, err := s.Next(ctx, recWho); !errors.Is(err, ErrBudgetReached) {
+		t.Fatalf("Next after the budget = %v, want ErrBudgetReached", err)
+	}
+	if c.Lists.Load() == 0 {
+		t.Error("Next concluded the budget was reached without listing the trial folder")
+	}
+}
+
+// A trial that another process claimed after this one's last listing, and
+// left interrupted, is still retried: found when claiming its number, or
+// at the latest by the fresh listing Next makes before it concludes.
+func TestNextFindsRetriesPastItsListing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := recStore(t)
+	const n = 8
+	spec := recSpec(t, recContinuous, "minimize", "random", "none", n)
+	a := recOpen(t, st, "s", spec, 0)
+	b := recOpen(t, st, "s", nil, 0)
+	other := Who{Host: "otherhost", PID: 2}
+
+	first, err := a.Next(ctx, recWho) // a lists: trial 0
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Finish(ctx, StateDone, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	// b takes trial 1 (a will try it next) and trial 6 (far ahead), and
+	// both are interrupted.
+	for _, k := range []int{1, 6} {
+		run, err := b.Take(ctx, k, other)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := run.Finish(ctx, StateInterrupted, math.NaN(), "SIGUSR1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ran := map[int]int{0: 1}
+	for {
+		run, err := a.Next(ctx, recWho)
+		if errors.Is(err, ErrBudgetReached) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran[run.Number()]++
+		if err := run.Finish(ctx, StateDone, float64(run.Number()), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k := range n {
+		if ran[k] != 1 {
+			t.Errorf("trial %d ran %d times in a, want once (every trial, interrupted ones retried): %v", k, ran[k], ran)
+		}
+	}
+	snap, err := b.Trials(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range snap.Trials {
+		wantAttempt := 0
+		if r.Number == 1 || r.Number == 6 {
+			wantAttempt = 1
+		}
+		if r.State != StateDone || r.Attempt != wantAttempt {
+			t.Errorf("trial %d: %s attempt %d, want done attempt %d", r.Number, r.State, r.Attempt, wantAttempt)
 		}
 	}
 }

@@ -287,7 +287,8 @@ func (r *Run) Finish(ctx context.Context, state State, score float64, reason str
 	if curve == nil {
 		curve = []Step{}
 	}
-	if _, err := r.write(ctx, f, curve, reason); err != nil {
+	b, err := r.write(ctx, f, curve, reason)
+	if err != nil {
 		return err
 	}
 	r.finished = true
@@ -299,6 +300,15 @@ func (r *Run) Finish(ctx context.Context, state State, score float64, reason str
 	if found && next.AdoptedFrom != r.attempt {
 		r.superseded = true
 		return r.supersededErr()
+	}
+	if !found {
+		// The latest attempt, as written: if it ends the trial, this
+		// process need not read it back (look would, on the next Next).
+		if rec, err := decodeRecord(r.s.name, r.s.spec.Space, r.number, r.attempt, b); err == nil && rec.Final(r.s.spec.MaxRetries) {
+			r.s.mu.Lock()
+			r.s.addFinal(rec)
+			r.s.mu.Unlock()
+		}
 	}
 	return nil
 }

@@ -153,9 +153,29 @@ type Study struct {
 	curves    map[fsstore.Digest]curveBlob
 	packs     packCache
 	lowFree   int  // every trial number below it exists in the store
-	nexts     int  // Next calls so far, to spread concurrent claimers
 	contended bool // this process lost a race for a new trial number
 	noPacks   bool // test seam: read every trial from its folder
+
+	// What the last look found, which Next reuses for a while (look):
+	// the listing of the trial folder and the trials that had not ended;
+	// and the trial numbers learned since: claimed here, or found taken.
+	listed      []int
+	lastOpen    []Record
+	listForeign int
+	listedAt    time.Time
+	listTook    time.Duration
+	learned     map[int]bool
+}
+
+// learn notes that trial n exists (claimed here or found taken), for
+// the views that reuse the last listing.
+func (s *Study) learn(n int) {
+	s.mu.Lock()
+	if s.learned == nil {
+		s.learned = make(map[int]bool)
+	}
+	s.learned[n] = true
+	s.mu.Unlock()
 }
 
 // Meta keys of the study record.
