@@ -12,7 +12,7 @@ import (
 type Counter struct {
 	S *Store
 
-	Scans, Lists, Resolves, BlobGets, Puts, Claims, Binds, Touches atomic.Int64
+	Scans, Lists, Resolves, Stats, BlobGets, Puts, Claims, Binds, Touches atomic.Int64
 }
 
 // NewCounter wraps s.
@@ -20,7 +20,7 @@ func NewCounter(s *Store) *Counter { return &Counter{S: s} }
 
 // Reset sets every count to zero.
 func (c *Counter) Reset() {
-	for _, n := range []*atomic.Int64{&c.Scans, &c.Lists, &c.Resolves, &c.BlobGets, &c.Puts, &c.Claims, &c.Binds, &c.Touches} {
+	for _, n := range []*atomic.Int64{&c.Scans, &c.Lists, &c.Resolves, &c.Stats, &c.BlobGets, &c.Puts, &c.Claims, &c.Binds, &c.Touches} {
 		n.Store(0)
 	}
 }
@@ -60,6 +60,11 @@ func (c *Counter) Resolve(ctx context.Context, name string) (Bound, error) {
 func (c *Counter) ResolveMany(ctx context.Context, names []string) []Lookup {
 	c.Resolves.Add(int64(len(names)))
 	return c.S.ResolveMany(ctx, names)
+}
+
+func (c *Counter) Exists(ctx context.Context, name string) (bool, error) {
+	c.Stats.Add(1)
+	return c.S.Exists(ctx, name)
 }
 
 func (c *Counter) Scan(ctx context.Context, prefix string) ([]Bound, []*CorruptError, error) {

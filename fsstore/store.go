@@ -371,6 +371,27 @@ func (s *Store) Resolve(ctx context.Context, name string) (Bound, error) {
 	return s.readRecord(name, s.namePath(name))
 }
 
+// Exists reports whether name is bound, with one stat and no read: a
+// cheap look before an expensive step (a claim), never a decision. On NFS
+// a name bound on another machine moments ago may still look unbound
+// (cached lookups); the claim that follows decides.
+func (s *Store) Exists(ctx context.Context, name string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if err := ValidateName(name); err != nil {
+		return false, fmt.Errorf("exists: %w", err)
+	}
+	st, err := os.Lstat(s.namePath(name))
+	switch {
+	case err == nil:
+		return !st.IsDir(), nil
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.ENOTDIR):
+		return false, nil
+	}
+	return false, fmt.Errorf("exists %s: %w", name, err)
+}
+
 // readRecord opens, fstats and parses one record. open+fstat rather than
 // stat: on NFS open revalidates attributes (close-to-open), stat may not.
 func (s *Store) readRecord(name, path string) (Bound, error) {

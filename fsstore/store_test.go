@@ -470,3 +470,34 @@ func TestCrashBeforePublishAndGC(t *testing.T) {
 		t.Errorf("GC touched an .nfs file: %v", err)
 	}
 }
+
+func TestExists(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	d, err := s.Put(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a/b/c", "a/b"} {
+		if ok, err := s.Exists(ctx, name); ok || err != nil {
+			t.Errorf("Exists(%q) on an empty store = %v, %v; want false, nil", name, ok, err)
+		}
+	}
+	if won, err := s.Claim(ctx, "a/b/c", d, nil); !won || err != nil {
+		t.Fatalf("Claim = %v, %v", won, err)
+	}
+	if ok, err := s.Exists(ctx, "a/b/c"); !ok || err != nil {
+		t.Errorf("Exists(a/b/c) after its claim = %v, %v; want true", ok, err)
+	}
+	// A prefix of other names is not a bound name.
+	if ok, err := s.Exists(ctx, "a/b"); ok || err != nil {
+		t.Errorf("Exists(a/b), a prefix, = %v, %v; want false", ok, err)
+	}
+	if ok, err := s.Exists(ctx, "a/b/c/d"); ok || err != nil {
+		t.Errorf("Exists below a bound name = %v, %v; want false", ok, err)
+	}
+	if _, err := s.Exists(ctx, "../x"); err == nil {
+		t.Error("Exists(../x) = nil error, want the invalid name refused")
+	}
+}

@@ -239,21 +239,43 @@ type trialRead struct {
 }
 
 // readLatest reads trial n's highest attempt: one listing of its folder
-// and one record.
-func (s *Study) readLatest(ctx context.Context, n int) trialRead {
+// and one record. With probe, it finds the highest attempt by looking for
+// the one after the highest it knows instead (attempts are claimed in
+// order, so there is no gap): usually one stat instead of a listing, for
+// Next, which reads every trial other processes ran; stray files in the
+// trial's folder then go uncounted (Foreign).
+func (s *Study) readLatest(ctx context.Context, n int, probe bool) trialRead {
 	res := trialRead{n: n, attempt: -1}
-	kids, err := s.store.Children(ctx, s.names.trial(n))
-	if err != nil {
-		res.fatal = err
-		return res
-	}
-	for _, k := range kids {
-		a, ok := parseNumber(k)
-		if !ok {
-			res.foreign++
-			continue
+	if probe {
+		s.mu.Lock()
+		a := s.highest[n]
+		s.mu.Unlock()
+		for {
+			ok, err := s.store.Exists(ctx, s.names.attempt(n, a+1))
+			if err != nil {
+				res.fatal = err
+				return res
+			}
+			if !ok {
+				break
+			}
+			a++
 		}
-		res.attempt = max(res.attempt, a)
+		res.attempt = a
+	} else {
+		kids, err := s.store.Children(ctx, s.names.trial(n))
+		if err != nil {
+			res.fatal = err
+			return res
+		}
+		for _, k := range kids {
+			a, ok := parseNumber(k)
+			if !ok {
+				res.foreign++
+				continue
+			}
+			res.attempt = max(res.attempt, a)
+		}
 	}
 	// A listing may lag behind (NFS); attempts are never removed, so the
 	// highest this process has seen is still there.
@@ -289,7 +311,7 @@ func (s *Study) readLatest(ctx context.Context, n int) trialRead {
 
 // snapshot reads the latest attempt of every trial; see Trials.
 func (s *Study) snapshot(ctx context.Context) (*Snapshot, error) {
-	return s.look(ctx, false, true)
+	return s.look(ctx, lookFor{trials: true})
 }
 
 // Listing the trial folder costs one directory entry per trial (a 100k
@@ -299,21 +321,34 @@ func (s *Study) snapshot(ctx context.Context) (*Snapshot, error) {
 // its own claims and the numbers it found taken) for a while, when its
 // sampler does not need the other trials' results; see look.
 const (
-	// relistAfter: a listing is reused for at least this long...
-	relistAfter = time.Second
+	// relistAfter: a look is reused for at least this long (each one
+	// reads every trial other processes ran since the last)...
+	relistAfter = 5 * time.Second
 	// ...and at most relistShare of the time goes to listing.
 	relistShare = 20
 )
 
+// lookFor says what a look is for.
+type lookFor struct {
+	// quick: the last look may be reused (see look).
+	quick bool
+	// trials: Snapshot.Trials holds every trial; else only the ones that
+	// have not ended (Next's view for index samplers, which a large study
+	// would otherwise copy whole on every call).
+	trials bool
+	// probe: find each trial's latest attempt by probing (readLatest), as
+	// Next does; views list, to count stray files.
+	probe bool
+}
+
 // look reads the latest attempt of every trial that has not ended (those
-// that have are cached). With quick, it may instead reuse what the last
-// look found (see relistAfter), reading nothing: numbers taken by other
-// processes since then are found when claiming them, and trials that
-// other processes interrupt, or that go stale, are retried once the next
-// look sees them. With trials, Snapshot.Trials holds every trial, else only
-// the ones that have not ended (Next's view, which a large study would
-// otherwise copy whole on every call).
-func (s *Study) look(ctx context.Context, quick, trials bool) (*Snapshot, error) {
+// that have are cached). With want.quick, it may instead reuse what the
+// last look found (see relistAfter), reading nothing: numbers taken by
+// other processes since then are found when claiming them, and trials
+// that other processes interrupt, or that go stale, are retried once the
+// next look sees them.
+func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
+	quick, trials := want.quick, want.trials
 	now, err := s.clock.now(ctx, s.store)
 	if err != nil {
 		return nil, fmt.Errorf("study %s: %w", s.name, err)
@@ -396,7 +431,7 @@ func (s *Study) look(ctx context.Context, quick, trials bool) (*Snapshot, error)
 	s.mu.Unlock()
 
 	reads := make([]trialRead, len(todo))
-	forEach(ctx, len(todo), readWorkers, func(i int) { reads[i] = s.readLatest(ctx, todo[i]) })
+	forEach(ctx, len(todo), readWorkers, func(i int) { reads[i] = s.readLatest(ctx, todo[i], want.probe) })
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

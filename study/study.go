@@ -100,6 +100,7 @@ type nameStore interface {
 	Claim(ctx context.Context, name string, d fsstore.Digest, meta fsstore.Meta) (bool, error)
 	Bind(ctx context.Context, name string, d fsstore.Digest, meta fsstore.Meta) (fsstore.Bound, error)
 	Resolve(ctx context.Context, name string) (fsstore.Bound, error)
+	Exists(ctx context.Context, name string) (bool, error)
 	Children(ctx context.Context, prefix string) ([]string, error)
 }
 

@@ -54,7 +54,7 @@ func (s *Study) Next(ctx context.Context, who Who) (*Run, error) {
 }
 
 func (s *Study) next(ctx context.Context, who Who, quick bool) (*Run, error) {
-	snap, err := s.look(ctx, quick, !quick)
+	snap, err := s.look(ctx, lookFor{quick: quick, trials: !s.indexSampler(), probe: true})
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +269,15 @@ func (s *Study) Take(ctx context.Context, n int, who Who) (*Run, error) {
 	if a, ok := snap.broken[n]; ok {
 		return s.retry(ctx, n, a, nil, who)
 	}
-	return s.claimNew(ctx, n, who, s.historyFor(snap))
+	run, err := s.claimNew(ctx, n, who, s.historyFor(snap))
+	var te *TakenError
+	if errors.As(err, &te) {
+		// Taken since the snapshot: say by whom and how it stands.
+		if rd := s.readLatest(ctx, n, false); rd.found {
+			te.Attempt, te.State, te.Who = rd.attempt, rd.rec.State, rd.rec.Who
+		}
+	}
+	return run, err
 }
 
 // blobForEmpty returns the digest of the curve blob of an attempt that has
@@ -297,21 +305,13 @@ func (s *Study) blobForEmpty(ctx context.Context) (fsstore.Digest, error) {
 // claimNew claims attempt 0 of trial n with the sampler's point.
 func (s *Study) claimNew(ctx context.Context, n int, who Who, h History) (*Run, error) {
 	name := s.names.attempt(n, 0)
-	// A cheap look first (an open, no write): a trial another process has
-	// just taken is skipped without paying for a claim. The claim below
-	// decides; this only saves work.
-	if b, err := s.store.Resolve(ctx, name); err == nil {
+	// A cheap look first (a stat: no open, no write): a trial another
+	// process has just taken is skipped without paying for a claim. The
+	// claim below decides; this only saves work.
+	if taken, err := s.store.Exists(ctx, name); err != nil {
+		return nil, fmt.Errorf("study %s: take trial %d: %w", s.name, n, err)
+	} else if taken {
 		s.learn(n)
-		te := &TakenError{Study: s.name, Trial: n, State: StateRunning}
-		if r, err := decodeRecord(s.name, s.spec.Space, n, 0, b); err == nil {
-			te.State, te.Who = r.State, r.Who
-		}
-		return nil, te
-	} else if !errors.Is(err, fsstore.ErrNotFound) {
-		var ce *fsstore.CorruptError
-		if !errors.As(err, &ce) {
-			return nil, fmt.Errorf("study %s: take trial %d: %w", s.name, n, err)
-		}
 		return nil, &TakenError{Study: s.name, Trial: n, State: StateRunning}
 	}
 	p, sub, err := s.propose(ctx, n, 0, h)

@@ -179,6 +179,12 @@ func (s *Store) Resolve(ctx context.Context, name string) (fsstore.Bound, error)
 	return s.fs.Resolve(ctx, name)
 }
 
+// Exists reports whether name is bound (one stat, counted as a record).
+func (s *Store) Exists(ctx context.Context, name string) (bool, error) {
+	s.records.Add(1)
+	return s.fs.Exists(ctx, name)
+}
+
 // Children lists the segments below prefix.
 func (s *Store) Children(ctx context.Context, prefix string) ([]string, error) {
 	s.lists.Add(1)
