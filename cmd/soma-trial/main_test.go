@@ -372,3 +372,52 @@ func TestParamChoiceKeepsItsCommas(t *testing.T) {
 		t.Errorf("knobs %+v, want x and opt with 3 choices", knobs)
 	}
 }
+
+// $SOMA_TRIAL_DIR is the trial's folder across attempts: a retry finds
+// what the interrupted attempt left there. A folder an ended trial left
+// empty is reused for the next one (never with anything in it: obj.py
+// asserts attempt 0 gets an empty folder), so work/ does not fill with
+// one empty folder per trial.
+func TestTrialDirKeptAcrossRetriesReusedWhenEmpty(t *testing.T) {
+	e := newEnv(t)
+	flags := budget(8)
+	a := e.cmd([]string{"SLOW_TRIAL=0", "SLOW_SECONDS=30", "CHECKPOINT_TRIAL=0"}, append(flags, "--trial", "0", "--kill-grace", "1s")...)
+	var log bytes.Buffer
+	a.Stderr = &log
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(e.marks, "0.0.start"))
+	a.Process.Signal(syscall.SIGUSR1)
+	if err := a.Wait(); a.ProcessState.ExitCode() != exitInterrupted {
+		t.Fatalf("exit = %v, want %d\n%s", err, exitInterrupted, log.String())
+	}
+	b := e.cmd([]string{"KEEP_TRIAL=3", "CHECKPOINT_TRIAL=0"}, flags...)
+	b.Stderr = &log
+	if err := b.Run(); err != nil {
+		t.Fatalf("rest of the budget: %v\n%s", err, log.String())
+	}
+	if d := e.done(t); len(d) != 8 {
+		t.Fatalf("finished trials %v, want all 8 (an objective that found no folder, or a used one, fails)\n%s", d, log.String())
+	}
+	got, err := os.ReadFile(filepath.Join(e.marks, "0.1.resumed"))
+	if err != nil || string(got) != "0.0" {
+		t.Errorf("attempt 1 of trial 0 resumed from %q (%v), want the checkpoint attempt 0 wrote (0.0)", got, err)
+	}
+	work := filepath.Join(e.root, "work", "s")
+	for _, f := range []string{"0/ckpt", "3/keep"} {
+		if _, err := os.Stat(filepath.Join(work, f)); err != nil {
+			t.Errorf("work/s/%s: %v, want it kept", f, err)
+		}
+	}
+	ents, _ := os.ReadDir(work)
+	var names []string
+	for _, en := range ents {
+		names = append(names, en.Name())
+	}
+	// 0 and 3 hold files; the others were emptied and reused, so only the
+	// last trial's folder is left of them.
+	if len(ents) > 3 {
+		t.Errorf("work/s holds %v, want 0, 3 and at most one empty folder", names)
+	}
+}

@@ -61,7 +61,7 @@ type Options struct {
 	Vars       map[string]string // study, trial, attempt, trial_dir: env SOMA_<UPPER> and {name}
 	Env        []string          // base environment (nil: os.Environ())
 	Dir        string            // working directory ("" = inherit)
-	Stdout     io.Writer         // the objective's stdout is copied here (may be nil)
+	Stdout     io.Writer         // the objective's stdout is copied here (may be nil); an *os.File is its stdout itself
 	Stderr     io.Writer         // and its stderr here (may be nil)
 	Timeout    time.Duration     // 0: none
 	// Grace is the time between the steps of stopping an objective:
@@ -206,8 +206,25 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	last := &lastLine{}
 	tail := &tailBuffer{max: 4096}
-	cmd.Stdout = multi(o.Stdout, last)
+	// A file for stdout (soma-trial's log) is the objective's stdout
+	// itself: no pipe, no goroutine copying, no wakeups; the last line is
+	// read back from the file's end when it exits.
+	outFile, _ := o.Stdout.(*os.File)
+	var outStart int64
+	if outFile != nil {
+		if outStart, err = outFile.Seek(0, io.SeekCurrent); err != nil {
+			outFile = nil
+		}
+	}
+	if outFile != nil {
+		cmd.Stdout = outFile
+	} else {
+		cmd.Stdout = multi(o.Stdout, last)
+	}
 	cmd.Stderr = multi(o.Stderr, tail)
+	if null, err := devNull(); err == nil {
+		cmd.Stdin = null // opened once, not once per trial
+	}
 	if err := cmd.Start(); err != nil {
 		repW.Close()
 		ctlR.Close()
@@ -223,14 +240,20 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	pruneAt := make(chan int64, 1)
 	verdicts := make(chan string, 1)
 	var readers sync.WaitGroup
-	readers.Go(func() { // verdict writer: never blocks the reader
-		for v := range verdicts {
-			// An objective that never reads fd 4 must not stall the
-			// reports once the pipe's buffer is full: drop the verdict.
-			_ = ctlW.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
-			_, _ = io.WriteString(ctlW, v+"\n")
-		}
-	})
+	// The verdict writer starts with the first report: most objectives
+	// report nothing, and a goroutine per trial that only waits costs
+	// scheduler work on every trial.
+	var writerOnce sync.Once
+	startWriter := func() {
+		readers.Go(func() { // verdict writer: never blocks the reader
+			for v := range verdicts {
+				// An objective that never reads fd 4 must not stall the
+				// reports once the pipe's buffer is full: drop the verdict.
+				_ = ctlW.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+				_, _ = io.WriteString(ctlW, v+"\n")
+			}
+		})
+	}
 	readers.Go(func() {
 		defer close(verdicts)
 		sc := bufio.NewScanner(repR)
@@ -254,6 +277,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 			if err != nil || kind != "report" {
 				continue
 			}
+			writerOnce.Do(startWriter)
 			prune := false
 			if o.OnReport != nil && !pruned {
 				prune = o.OnReport(step, val)
@@ -330,6 +354,9 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	readers.Wait()
 	res.Duration = time.Since(start)
 	res.StderrTail = tail.String()
+	if outFile != nil {
+		readTail(outFile, outStart, last)
+	}
 	var ee *exec.ExitError
 	switch {
 	case werr == nil:
@@ -492,6 +519,27 @@ func multi(w io.Writer, extra io.Writer) io.Writer {
 		return extra
 	}
 	return io.MultiWriter(w, extra)
+}
+
+var devNullOnce = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNull) })
+
+// devNull is /dev/null, opened once for every objective's stdin.
+func devNull() (*os.File, error) { return devNullOnce() }
+
+// readTail writes what f holds past start, up to its last 8 KiB, to w:
+// enough for the last line (lastLine keeps 4 KiB of one).
+func readTail(f *os.File, start int64, w io.Writer) {
+	st, err := f.Stat()
+	if err != nil {
+		return
+	}
+	from := max(start, st.Size()-8192)
+	if n := st.Size() - from; n > 0 {
+		b := make([]byte, n)
+		if n, _ := f.ReadAt(b, from); n > 0 {
+			_, _ = w.Write(b[:n])
+		}
+	}
 }
 
 // lastLine remembers the last non-empty line written to it.

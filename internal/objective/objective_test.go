@@ -2,6 +2,7 @@ package objective
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,22 +56,49 @@ func TestProtocol(t *testing.T) {
 		{"crash", "raise ValueError('bad lr')\n", Failed, 0, "exit status 1", 0},
 		{"garbage on the report fd", "os.write(3, b'hello\\n')\nfinal(1.0)\n", Failed, 0, "bad report line", 0},
 	}
+	// Stdout goes to a pipe (any writer), or straight to a file whose
+	// end is read back for the last line (soma-trial's log), including a
+	// file that already holds earlier output, which must not count.
+	stdouts := map[string]func(t *testing.T) io.Writer{
+		"pipe": func(*testing.T) io.Writer { return nil },
+		"file": func(t *testing.T) io.Writer {
+			f, err := os.Create(filepath.Join(t.TempDir(), "out"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.Close() })
+			return f
+		},
+		"file with earlier output": func(t *testing.T) io.Writer {
+			f, err := os.Create(filepath.Join(t.TempDir(), "out"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.Close() })
+			if _, err := f.WriteString("99.5\n"); err != nil {
+				t.Fatal(err)
+			}
+			return f
+		},
+	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			r := run(t, Options{Argv: py(t, tc.body)}, nil)
-			if r.Outcome != tc.outcome {
-				t.Fatalf("outcome = %s (%s), want %s", r.Outcome, r.Reason, tc.outcome)
-			}
-			if tc.outcome == Done && (r.Score != tc.score || !r.HasScore) {
-				t.Errorf("score = %v, want %v", r.Score, tc.score)
-			}
-			if !strings.Contains(r.Reason, tc.reasonHas) {
-				t.Errorf("reason = %q, want it to mention %q", r.Reason, tc.reasonHas)
-			}
-			if len(r.Curve) != tc.curve {
-				t.Errorf("curve = %v, want %d steps", r.Curve, tc.curve)
-			}
-		})
+		for how, stdout := range stdouts {
+			t.Run(tc.name+"/"+how, func(t *testing.T) {
+				r := run(t, Options{Argv: py(t, tc.body), Stdout: stdout(t)}, nil)
+				if r.Outcome != tc.outcome {
+					t.Fatalf("outcome = %s (%s), want %s", r.Outcome, r.Reason, tc.outcome)
+				}
+				if tc.outcome == Done && (r.Score != tc.score || !r.HasScore) {
+					t.Errorf("score = %v, want %v", r.Score, tc.score)
+				}
+				if !strings.Contains(r.Reason, tc.reasonHas) {
+					t.Errorf("reason = %q, want it to mention %q", r.Reason, tc.reasonHas)
+				}
+				if len(r.Curve) != tc.curve {
+					t.Errorf("curve = %v, want %d steps", r.Curve, tc.curve)
+				}
+			})
+		}
 	}
 	t.Run("stderr tail kept", func(t *testing.T) {
 		r := run(t, Options{Argv: py(t, "raise ValueError('bad lr 0.3')\n")}, nil)
