@@ -9,8 +9,12 @@ import (
 )
 
 const logsDescription = `Prints what the objective of trial N wrote: its standard output, or its
-standard error with --stderr. soma-trial keeps both for every attempt under
-ROOT/logs/STUDY/N.ATTEMPT.out and .err. The latest attempt by default.
+standard error with --stderr. The latest attempt by default. soma-trial
+keeps both for every attempt under ROOT/logs/STUDY/: each of its workers
+appends its objectives' output to its own HOST.PID.WORKER.out and .err,
+and notes in HOST.PID.WORKER.idx where each attempt's output starts and
+ends (one file per worker, not per trial: a study of 100k trials does not
+leave 100k small files on the shared filesystem).
 
 --follow keeps printing as the objective writes (like tail -f, polling,
 since the objective usually runs on another node) until the attempt ends;

@@ -383,11 +383,22 @@ func soma(args []string) error {
 	for _, c := range corrupt {
 		res.Errors = append(res.Errors, c.Error())
 	}
-	logs, err := filepath.Glob(filepath.Join(trialrun.LogDir(store.Root(), name), "*.out"))
+	// Objective runs: one "start" line per run in the workers' log indexes.
+	idxs, err := filepath.Glob(filepath.Join(trialrun.LogDir(store.Root(), name), "*.idx"))
 	if err != nil {
 		return err
 	}
-	res.Ran = len(logs) // one stdout log per objective run
+	for _, p := range idxs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "start ") {
+				res.Ran++
+			}
+		}
+	}
 	res.Exact = res.Trials == *n && res.States[string(study.StateDone)] == *n &&
 		len(recs) == *n && res.Ran == *n && len(corrupt) == 0
 	res.finish(cpu)

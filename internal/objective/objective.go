@@ -212,7 +212,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	outFile, _ := o.Stdout.(*os.File)
 	var outStart int64
 	if outFile != nil {
-		if outStart, err = outFile.Seek(0, io.SeekCurrent); err != nil {
+		if outStart, err = outFile.Seek(0, io.SeekEnd); err != nil {
 			outFile = nil
 		}
 	}
@@ -536,8 +536,16 @@ func readTail(f *os.File, start int64, w io.Writer) {
 	from := max(start, st.Size()-8192)
 	if n := st.Size() - from; n > 0 {
 		b := make([]byte, n)
-		if n, _ := f.ReadAt(b, from); n > 0 {
-			_, _ = w.Write(b[:n])
+		k, err := f.ReadAt(b, from)
+		if err != nil && k == 0 {
+			// Opened write-only: read it by name.
+			if r, err := os.Open(f.Name()); err == nil {
+				k, _ = r.ReadAt(b, from)
+				r.Close()
+			}
+		}
+		if k > 0 {
+			_, _ = w.Write(b[:k])
 		}
 	}
 }

@@ -70,14 +70,17 @@ func TestProtocol(t *testing.T) {
 			return f
 		},
 		"file with earlier output": func(t *testing.T) io.Writer {
-			f, err := os.Create(filepath.Join(t.TempDir(), "out"))
+			// As soma-trial's worker logs: opened for appending, after an
+			// earlier attempt's score.
+			p := filepath.Join(t.TempDir(), "out")
+			if err := os.WriteFile(p, []byte("99.5\n"), 0o666); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { f.Close() })
-			if _, err := f.WriteString("99.5\n"); err != nil {
-				t.Fatal(err)
-			}
 			return f
 		},
 	}

@@ -243,12 +243,21 @@ func TestLogs(t *testing.T) {
 	ctx := context.Background()
 	s, st := openFixture(t)
 	root := s.Root()
+	// The attempt's bytes, read from its worker's files by hand.
 	logOf := func(n int, stream string) string {
-		b, err := os.ReadFile(trialrun.LogPath(root, studytest.Main, n, 0, stream))
+		loc, ok, err := trialrun.FindLog(root, studytest.Main, n, 0)
+		if err != nil || !ok || !loc.Ended {
+			t.Fatalf("FindLog(%d) = %+v, %v, %v", n, loc, ok, err)
+		}
+		path, from, to := loc.Out, loc.OutStart, loc.OutEnd
+		if stream == "err" {
+			path, from, to = loc.Err, loc.ErrStart, loc.ErrEnd
+		}
+		b, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return string(b)
+		return string(b[from:to])
 	}
 	snap, err := st.Trials(ctx)
 	if err != nil {
@@ -326,13 +335,23 @@ func TestLogsFollow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := trialrun.LogPath(root, studytest.Main, 20, 0, "out")
+	// A worker's files, as soma-trial writes them: the attempt's start in
+	// the index (after an earlier attempt's output), then its output.
+	base := filepath.Join(trialrun.LogDir(root, studytest.Main), "node5.5.0")
+	path := base + ".out"
+	if err := os.WriteFile(path, []byte("an earlier attempt's output\n"), 0o666); err != nil {
+		t.Fatal(err)
+	}
 	var out, notes syncBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- Logs(ctx, st, root, LogOptions{Trial: 20, Attempt: -1, Follow: true, Poll: 10 * time.Millisecond, Notes: &notes}, &out)
 	}()
 	// The objective starts writing after the claim, line by line.
+	time.Sleep(30 * time.Millisecond)
+	if err := os.WriteFile(base+".idx", []byte("start 20 0 28 0\n"), 0o666); err != nil {
+		t.Fatal(err)
+	}
 	for i := range 5 {
 		fh, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o666)
 		if err != nil {

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -35,7 +33,7 @@ type LogOptions struct {
 }
 
 // Logs copies the output soma-trial kept for one attempt of a trial
-// (trialrun.LogPath under root) to w. A trial the study does not have, an
+// (trialrun.FindLog under root) to w. A trial the study does not have, an
 // attempt it never made, and a record that cannot be read are errors
 // that say so; so is a missing log of an attempt that is not running.
 func Logs(ctx context.Context, st *study.Study, root string, o LogOptions, w io.Writer) error {
@@ -49,25 +47,37 @@ func Logs(ctx context.Context, st *study.Study, root string, o LogOptions, w io.
 	if err != nil {
 		return err
 	}
-	stream := "out"
-	if o.Stderr {
-		stream = "err"
-	}
-	path := trialrun.LogPath(root, st.Name(), rec.Number, rec.Attempt, stream)
-	var off int64
-	off, err = copyFrom(path, off, w)
 	running := rec.State == study.StateRunning
-	if errors.Is(err, fs.ErrNotExist) && o.Stderr && fileExists(trialrun.LogPath(root, st.Name(), rec.Number, rec.Attempt, "out")) {
-		// soma-trial creates the stderr file on the first byte written: an
-		// attempt with stdout and no stderr file wrote nothing to stderr.
-		fmt.Fprintf(o.Notes, "(trial %d attempt %d wrote nothing to stderr)\n", rec.Number, rec.Attempt)
-		err = nil
+	// where returns the attempt's file and range in it (ok false: no
+	// index names the attempt yet).
+	where := func() (path string, start, end int64, ok bool, err error) {
+		loc, ok, err := trialrun.FindLog(root, st.Name(), rec.Number, rec.Attempt)
+		if err != nil || !ok {
+			return "", 0, 0, ok, err
+		}
+		path, start, end = loc.Out, loc.OutStart, loc.OutEnd
+		if o.Stderr {
+			path, start, end = loc.Err, loc.ErrStart, loc.ErrEnd
+		}
+		if !loc.Ended {
+			end = -1
+		}
+		return path, start, end, true, nil
 	}
-	if errors.Is(err, fs.ErrNotExist) && !(o.Follow && running) {
-		return fmt.Errorf("no output kept for trial %d attempt %d of %s: %s is missing (the attempt ran with another --root, or is older than its logs)", rec.Number, rec.Attempt, st.Name(), path)
-	}
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	path, off, end, ok, err := where()
+	if err != nil {
 		return err
+	}
+	if !ok && !(o.Follow && running) {
+		return fmt.Errorf("no output kept for trial %d attempt %d of %s: no log index in %s names it (the attempt ran with another --root, or its objective never started)", rec.Number, rec.Attempt, st.Name(), trialrun.LogDir(root, st.Name()))
+	}
+	if ok {
+		if o.Stderr && end == off {
+			fmt.Fprintf(o.Notes, "(trial %d attempt %d wrote nothing to stderr)\n", rec.Number, rec.Attempt)
+		}
+		if off, err = trialrun.CopyRange(path, off, end, w); err != nil {
+			return err
+		}
 	}
 	if !o.Follow || !running {
 		return nil
@@ -81,8 +91,21 @@ func Logs(ctx context.Context, st *study.Study, root string, o LogOptions, w io.
 			return nil
 		case <-tick.C:
 		}
-		if off, err = copyFrom(path, off, w); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
+		if !ok || end < 0 {
+			// Not started yet, or running: look for its start and end.
+			var p string
+			var start int64
+			if p, start, end, ok, err = where(); err != nil {
+				return err
+			}
+			if ok && path == "" {
+				path, off = p, start
+			}
+		}
+		if ok {
+			if off, err = trialrun.CopyRange(path, off, end, w); err != nil {
+				return err
+			}
 		}
 		if i%checkEvery != 0 {
 			continue
@@ -101,8 +124,13 @@ func Logs(ctx context.Context, st *study.Study, root string, o LogOptions, w io.
 			continue
 		}
 		// One last read: the objective may have written before it ended.
-		if _, err := copyFrom(path, off, w); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
+		if p, start, e, found, err := where(); err == nil && found {
+			if path == "" {
+				path, off = p, start
+			}
+			if _, err := trialrun.CopyRange(path, off, e, w); err != nil {
+				return err
+			}
 		}
 		note := fmt.Sprintf("trial %d attempt %d %s", rec.Number, rec.Attempt, now.State)
 		if now.HasScore {
@@ -114,22 +142,6 @@ func Logs(ctx context.Context, st *study.Study, root string, o LogOptions, w io.
 		fmt.Fprintln(o.Notes, note)
 		return nil
 	}
-}
-
-// copyFrom copies path from offset off to w and returns the new offset.
-// It opens the file afresh each time: on NFS only a new open is sure to
-// see what another node appended (close-to-open consistency).
-func copyFrom(path string, off int64, w io.Writer) (int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return off, err
-	}
-	defer f.Close()
-	if _, err := f.Seek(off, io.SeekStart); err != nil {
-		return off, err
-	}
-	n, err := io.Copy(w, f)
-	return off + n, err
 }
 
 // attemptOf returns attempt a of trial n (a < 0: its latest attempt).
@@ -191,9 +203,4 @@ func problemName(err error) string {
 		return ce.Name
 	}
 	return ""
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }

@@ -64,15 +64,6 @@ type Summary struct {
 // that were running are recorded interrupted and will be retried.
 var ErrInterrupted = errors.New("soma-trial: interrupted")
 
-// LogDir is where an attempt's stdout and stderr are kept:
-// <root>/logs/<study>/<trial>.<attempt>.out and .err.
-func LogDir(root, studyName string) string { return filepath.Join(root, "logs", studyName) }
-
-// LogPath returns the stdout ("out") or stderr ("err") file of an attempt.
-func LogPath(root, studyName string, trial, attempt int, stream string) string {
-	return filepath.Join(LogDir(root, studyName), fmt.Sprintf("%d.%d.%s", trial, attempt, stream))
-}
-
 // WorkDir is a trial's working folder, shared by its attempts so that a
 // retry can resume from a checkpoint the interrupted attempt left there.
 func WorkDir(root, studyName string, trial int) string {
@@ -87,6 +78,7 @@ type loop struct {
 	mu      sync.Mutex
 	stops   map[int]chan objective.Stop // running objectives by worker
 	spare   map[int]string              // per worker: an ended trial's folder, to reuse if empty
+	logs    map[int]*workerLog          // per worker, opened on its first trial
 	stopped atomic.Bool                 // a signal arrived
 	signal  syscall.Signal
 	taken   atomic.Int64
@@ -109,7 +101,7 @@ func Run(ctx context.Context, st *study.Study, root string, o Options, sig <-cha
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
-	l := &loop{st: st, root: root, o: o, sig: sig, stops: map[int]chan objective.Stop{}, spare: map[int]string{}}
+	l := &loop{st: st, root: root, o: o, sig: sig, stops: map[int]chan objective.Stop{}, spare: map[int]string{}, logs: map[int]*workerLog{}}
 	l.sum.States = map[string]int{}
 	if err := os.MkdirAll(LogDir(root, st.Name()), 0o777); err != nil {
 		return l.sum, fmt.Errorf("soma-trial: %w", err)
@@ -118,6 +110,11 @@ func Run(ctx context.Context, st *study.Study, root string, o Options, sig <-cha
 	defer cancel()
 	go l.watchSignals(ctx)
 
+	defer func() {
+		for _, wl := range l.logs {
+			wl.Close()
+		}
+	}()
 	var wg sync.WaitGroup
 	errs := make([]error, o.Parallel)
 	reasons := make([]string, o.Parallel)
@@ -272,16 +269,13 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) error {
 	if err := l.makeWorkDir(w, dir); err != nil {
 		return fmt.Errorf("soma-trial: trial folder: %w", err)
 	}
-	outF, err := os.Create(LogPath(l.root, name, n, a, "out"))
+	wl, err := l.workerLog(w)
 	if err != nil {
 		return fmt.Errorf("soma-trial: log: %w", err)
 	}
-	defer outF.Close()
-	// stderr's file is made on the first byte: most objectives write
-	// none, and a file creation is the costliest syscall of a trial on
-	// some filesystems (soma logs knows a missing .err means "nothing").
-	errF := &lazyFile{path: LogPath(l.root, name, n, a, "err")}
-	defer errF.Close()
+	if err := wl.mark("start", n, a); err != nil {
+		return fmt.Errorf("soma-trial: log: %w", err)
+	}
 
 	stop := make(chan objective.Stop, 2)
 	l.mu.Lock()
@@ -367,14 +361,17 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) error {
 			"study": name, "trial": strconv.Itoa(n), "attempt": strconv.Itoa(a), "trial_dir": dir,
 		},
 		Env:        l.o.Env,
-		Stdout:     outF,
-		Stderr:     errF,
+		Stdout:     wl.out,
+		Stderr:     wl,
 		Timeout:    l.o.Timeout,
 		Grace:      l.o.KillGrace,
 		OnReport:   onReport,
 		PythonPath: l.o.PythonPath,
 	}, stop)
 	stopBeats()
+	if merr := wl.mark("end", n, a); merr != nil {
+		l.logf("soma-trial: warning: log index: %v (soma logs may show trial %d.%d's output up to a later attempt's)", merr, n, a)
+	}
 	// Record with a fresh context: a cancelled one must not lose the result.
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer rcancel()
@@ -428,6 +425,25 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) error {
 	}
 	l.note(n, a, shortPoint(run.Values()), string(state), detail, res.Duration)
 	return nil
+}
+
+// workerLog returns worker w's log files, opening them on first use.
+func (l *loop) workerLog(w int) (*workerLog, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if wl := l.logs[w]; wl != nil {
+		return wl, nil
+	}
+	host := fsstore.SanitizeSegment(l.o.Who.Host)
+	if host == "" {
+		host = "host"
+	}
+	wl, err := openWorkerLog(LogDir(l.root, l.st.Name()), host, l.o.Who.PID, w)
+	if err != nil {
+		return nil, err
+	}
+	l.logs[w] = wl
+	return wl, nil
 }
 
 // makeWorkDir makes a trial's working folder: a retry finds it there,
@@ -531,27 +547,3 @@ func firstLine(s string) string {
 
 // Ensure the store type satisfies what study consumes.
 var _ study.Store = (*fsstore.Store)(nil)
-
-// lazyFile creates its file on the first Write.
-type lazyFile struct {
-	path string
-	f    *os.File
-	err  error
-}
-
-func (z *lazyFile) Write(p []byte) (int, error) {
-	if z.f == nil && z.err == nil {
-		z.f, z.err = os.Create(z.path)
-	}
-	if z.err != nil {
-		return 0, z.err
-	}
-	return z.f.Write(p)
-}
-
-func (z *lazyFile) Close() error {
-	if z.f == nil {
-		return nil
-	}
-	return z.f.Close()
-}

@@ -1,0 +1,95 @@
+package trialrun
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Worker logs through their writer, read back by FindLog and CopyRange.
+func TestWorkerLogRanges(t *testing.T) {
+	root := t.TempDir()
+	dir := LogDir(root, "s")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	wl, err := openWorkerLog(dir, "nodeA", 7, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempt := func(n, a int, out, errOut string, end bool) {
+		t.Helper()
+		if err := wl.mark("start", n, a); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := wl.out.WriteString(out); err != nil { // the objective's stdout
+			t.Fatal(err)
+		}
+		if errOut != "" {
+			if _, err := wl.Write([]byte(errOut)); err != nil { // its stderr, copied
+				t.Fatal(err)
+			}
+		}
+		if end {
+			if err := wl.mark("end", n, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	attempt(0, 0, "zero\n0.5\n", "", true)
+	attempt(3, 1, "three\n", "warning: three\n", true)
+	attempt(4, 0, "four, end lost\n", "", false) // its end mark never written
+	attempt(5, 0, "five, running\n", "still going\n", false)
+	if err := wl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Another worker's index, with a torn last line, is read too.
+	os.WriteFile(filepath.Join(dir, "nodeB.9.1.out"), []byte("b\n"), 0o666)
+	os.WriteFile(filepath.Join(dir, "nodeB.9.1.idx"), []byte("start 9 0 0 0\nend 9 0 2 0\nstart 10 0 2"), 0o666)
+
+	read := func(n, a int, stderr bool) (string, AttemptLog) {
+		t.Helper()
+		loc, ok, err := FindLog(root, "s", n, a)
+		if err != nil || !ok {
+			t.Fatalf("FindLog(%d, %d) = %v, %v", n, a, ok, err)
+		}
+		path, from, to := loc.Out, loc.OutStart, loc.OutEnd
+		if stderr {
+			path, from, to = loc.Err, loc.ErrStart, loc.ErrEnd
+		}
+		if !loc.Ended {
+			to = -1
+		}
+		var b bytes.Buffer
+		if _, err := CopyRange(path, from, to, &b); err != nil {
+			t.Fatal(err)
+		}
+		return b.String(), loc
+	}
+	for _, tc := range []struct {
+		n, a   int
+		stderr bool
+		want   string
+		ended  bool
+	}{
+		{0, 0, false, "zero\n0.5\n", true},
+		{0, 0, true, "", true},
+		{3, 1, false, "three\n", true},
+		{3, 1, true, "warning: three\n", true},
+		{4, 0, false, "four, end lost\n", true}, // ends where the next attempt starts
+		{5, 0, false, "five, running\n", false},
+		{5, 0, true, "still going\n", false},
+		{9, 0, false, "b\n", true},
+	} {
+		got, loc := read(tc.n, tc.a, tc.stderr)
+		if got != tc.want || loc.Ended != tc.ended {
+			t.Errorf("trial %d.%d stderr=%v: %q ended=%v, want %q ended=%v", tc.n, tc.a, tc.stderr, got, loc.Ended, tc.want, tc.ended)
+		}
+	}
+	for _, na := range [][2]int{{1, 0}, {3, 0}, {10, 0}} {
+		if _, ok, err := FindLog(root, "s", na[0], na[1]); ok || err != nil {
+			t.Errorf("FindLog(%d, %d) = %v, %v; want not found (never started, or a torn line)", na[0], na[1], ok, err)
+		}
+	}
+}
