@@ -213,6 +213,11 @@ func (s *Study) readable(snap *Snapshot, n int) bool {
 	return ok
 }
 
+// IndexSampler reports whether the study's sampler proposes from the
+// trial number alone, ignoring the other trials' results (random, sobol,
+// grid): a runner may then claim a trial before the last one is recorded.
+func (s *Study) IndexSampler() bool { return s.indexSampler() }
+
 // indexSampler reports whether the study's sampler proposes from the
 // trial number alone, ignoring the other trials' results.
 func (s *Study) indexSampler() bool {

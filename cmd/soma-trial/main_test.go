@@ -421,3 +421,34 @@ func TestTrialDirKeptAcrossRetriesReusedWhenEmpty(t *testing.T) {
 		t.Errorf("work/s holds %v, want 0, 3 and at most one empty folder", names)
 	}
 }
+
+// A signal during a budget run leaves no trial running: the one it
+// interrupted is recorded interrupted, and a trial claimed while the last
+// one was being recorded (soma-trial overlaps the two) is given back at
+// once, not left to go stale.
+func TestSignalLeavesNothingRunning(t *testing.T) {
+	e := newEnv(t)
+	c := e.cmd([]string{"SLOW_TRIAL=3", "SLOW_SECONDS=30"}, append(budget(8), "--kill-grace", "1s")...)
+	var log bytes.Buffer
+	c.Stderr = &log
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(e.marks, "3.0.start"))
+	c.Process.Signal(syscall.SIGTERM)
+	if err := c.Wait(); c.ProcessState.ExitCode() != exitInterrupted {
+		t.Fatalf("exit = %v, want %d\n%s", err, exitInterrupted, log.String())
+	}
+	snap, err := e.open(t).Trials(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range snap.Trials {
+		if r.State == study.StateRunning {
+			t.Errorf("trial %d left running after soma-trial exited\n%s", r.Number, log.String())
+		}
+	}
+	if r, _ := snap.Trial(3); r.State != study.StateInterrupted {
+		t.Errorf("trial 3: %s, want interrupted", r.State)
+	}
+}

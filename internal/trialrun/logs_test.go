@@ -93,3 +93,22 @@ func TestWorkerLogRanges(t *testing.T) {
 		}
 	}
 }
+
+func TestRunnableAbove(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		cpus int
+		want bool
+	}{
+		{"0.50 0.40 0.30 1/300 12345\n", 2, false},
+		{"3.10 2.40 2.30 2/310 12345\n", 2, false},
+		{"7.90 6.40 5.30 9/412 12345\n", 2, true},
+		{"7.90 6.40 5.30 9/412 12345\n", 16, false},
+		{"garbage", 2, false},
+		{"1 2 3 x/y 4", 2, false},
+	} {
+		if got := runnableAbove(tc.line, tc.cpus); got != tc.want {
+			t.Errorf("runnableAbove(%q, %d) = %v, want %v", tc.line, tc.cpus, got, tc.want)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -172,15 +173,84 @@ func (l *loop) logf(format string, args ...any) {
 }
 
 // worker claims and runs trials until there is nothing more to do.
+//
+// For samplers whose proposals do not depend on results (random, sobol,
+// grid), it claims the next trial while it records the one that just
+// ended: both wait on fsyncs, and overlapping them raised one process's
+// rate by a tenth (a trivial objective; 280 instead of 255 trials/s).
+// Only one objective runs at a time all the same. It costs CPU (a
+// quarter more per trial: two goroutines in syscalls at once), so it is
+// skipped while the host has more runnable tasks than CPUs (measured
+// with 8 processes on 2 CPUs: 420 instead of 460 trials/s). A history
+// sampler (tpe) claims after recording, so that its next proposal knows
+// the last result.
 func (l *loop) worker(ctx context.Context, w int) (string, error) {
-	waiting := false
-	backoff := 10 * time.Millisecond
+	var cs claimState
+	pipeline := l.o.Trial < 0 && l.st.IndexSampler()
+	c := l.claim(ctx, &cs)
+	for c.run != nil {
+		var next chan claimed
+		onExit := func() {
+			if pipeline && !hostBusy.busy() {
+				next = make(chan claimed, 1)
+				go func() { next <- l.claim(ctx, &cs) }()
+			}
+		}
+		l.active.Add(1)
+		err := l.runOne(ctx, w, c.run, onExit)
+		l.active.Add(-1)
+		switch {
+		case next != nil:
+			c = <-next
+		case err == nil && l.o.Trial < 0:
+			c = l.claim(ctx, &cs)
+		default:
+			c = claimed{reason: "trial"}
+		}
+		if c.run != nil && (err != nil || l.stopped.Load()) {
+			// Claimed while the last one was recorded, and not to be
+			// run: give it back at once rather than let it go stale.
+			why := "soma-trial stopped on an error before starting it"
+			if err == nil {
+				l.mu.Lock()
+				why = fmt.Sprintf("interrupted by %s before it started", l.signal)
+				l.mu.Unlock()
+			}
+			_ = c.run.Finish(context.WithoutCancel(ctx), study.StateInterrupted, math.NaN(), why)
+			c = claimed{reason: "interrupted"}
+		}
+		if err != nil {
+			return "error", err
+		}
+	}
+	return c.reason, c.err
+}
+
+// claimed is what claim got: a run, or why there is none.
+type claimed struct {
+	run    *study.Run
+	reason string // budget, trial, max-trials, no-work, interrupted, space-exhausted, error
+	err    error
+}
+
+// claimState is a worker's waiting state between claims.
+type claimState struct {
+	waiting bool
+	backoff time.Duration
+}
+
+// claim claims the worker's next trial, waiting while every remaining
+// trial runs elsewhere (unless NoWait).
+func (l *loop) claim(ctx context.Context, cs *claimState) claimed {
 	for {
+		if cs.backoff == 0 {
+			cs.backoff = 10 * time.Millisecond
+		}
 		if l.stopped.Load() {
-			return "interrupted", nil
+			return claimed{reason: "interrupted"}
 		}
 		if l.o.MaxTrials > 0 && l.taken.Add(1) > int64(l.o.MaxTrials) {
-			return "max-trials", nil
+			return claimed{reason: "max-trials"}
 		}
 		var run *study.Run
 		var err error
@@ -195,43 +265,35 @@ func (l *loop) worker(ctx context.Context, w int) (string, error) {
 		switch {
 		case err == nil:
 		case errors.Is(err, study.ErrBudgetReached):
-			return "budget", nil
+			return claimed{reason: "budget"}
 		case errors.Is(err, study.ErrSpaceExhausted):
-			return "space-exhausted", nil
+			return claimed{reason: "space-exhausted"}
 		case errors.Is(err, study.ErrTaken) && l.o.Trial >= 0:
 			l.logf("soma-trial: %v", err)
-			return "trial", nil
+			return claimed{reason: "trial"}
 		case errors.Is(err, study.ErrNoWork):
 			if l.o.NoWait {
-				return "no-work", nil
+				return claimed{reason: "no-work"}
 			}
-			if !waiting && l.active.Load() == 0 {
+			if !cs.waiting && l.active.Load() == 0 {
 				l.logf("soma-trial: every remaining trial is running elsewhere; waiting for them to end or go stale (--no-wait to exit now)")
 			}
-			waiting = true
+			cs.waiting = true
 			// Back off from 10 ms: near the end of a budget the other
 			// processes' last trials end within moments, and a fixed 2 s
 			// sleep kept every process but one idle (measured at P=8:
 			// 7.1 s instead of 5.3 s for 1000 trials).
-			if !l.sleep(ctx, min(backoff, l.st.HeartbeatInterval(), 2*time.Second)) {
-				return "interrupted", nil
+			if !l.sleep(ctx, min(cs.backoff, l.st.HeartbeatInterval(), 2*time.Second)) {
+				return claimed{reason: "interrupted"}
 			}
-			backoff *= 2
+			cs.backoff *= 2
 			continue
 		default:
-			return "error", err
+			return claimed{reason: "error", err: err}
 		}
-		waiting = false
-		backoff = 10 * time.Millisecond
-		l.active.Add(1)
-		err = l.runOne(ctx, w, run)
-		l.active.Add(-1)
-		if err != nil {
-			return "error", err
-		}
-		if l.o.Trial >= 0 {
-			return "trial", nil
-		}
+		cs.waiting = false
+		cs.backoff = 10 * time.Millisecond
+		return claimed{run: run}
 	}
 }
 
@@ -252,8 +314,9 @@ func (l *loop) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// runOne runs the objective of one claimed attempt and records its end.
-func (l *loop) runOne(ctx context.Context, w int, run *study.Run) error {
+// runOne runs the objective of one claimed attempt and records its end;
+// onExit is called once the objective has exited, before the record.
+func (l *loop) runOne(ctx context.Context, w int, run *study.Run, onExit func()) error {
 	name := l.st.Name()
 	n, a := run.Number(), run.Attempt()
 	kvs := run.Values()
@@ -371,6 +434,9 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) error {
 	stopBeats()
 	if merr := wl.mark("end", n, a); merr != nil {
 		l.logf("soma-trial: warning: log index: %v (soma logs may show trial %d.%d's output up to a later attempt's)", merr, n, a)
+	}
+	if err == nil && onExit != nil {
+		onExit()
 	}
 	// Record with a fresh context: a cancelled one must not lose the result.
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -547,3 +613,46 @@ func firstLine(s string) string {
 
 // Ensure the store type satisfies what study consumes.
 var _ study.Store = (*fsstore.Store)(nil)
+
+// hostBusy says whether the host's CPUs are all taken (runBusy).
+var hostBusy = &busyProbe{path: "/proc/loadavg", cpus: runtime.NumCPU(), every: 250 * time.Millisecond}
+
+// busyProbe reads the number of runnable tasks from /proc/loadavg (its
+// fourth field, "running/total") at most once per every.
+type busyProbe struct {
+	path  string
+	cpus  int
+	every time.Duration
+
+	mu   sync.Mutex
+	at   time.Time
+	last bool
+}
+
+func (b *busyProbe) busy() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.at.IsZero() && time.Since(b.at) < b.every {
+		return b.last
+	}
+	b.at = time.Now()
+	data, err := os.ReadFile(b.path)
+	if err != nil {
+		b.last = false // not Linux: assume spare CPUs
+		return false
+	}
+	b.last = runnableAbove(string(data), b.cpus)
+	return b.last
+}
+
+// runnableAbove reports whether a /proc/loadavg line counts more
+// runnable tasks than cpus. The count includes the caller itself.
+func runnableAbove(loadavg string, cpus int) bool {
+	f := strings.Fields(loadavg)
+	if len(f) < 4 {
+		return false
+	}
+	run, _, ok := strings.Cut(f[3], "/")
+	n, err := strconv.Atoi(run)
+	return ok && err == nil && n > cpus
+}
