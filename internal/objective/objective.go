@@ -62,7 +62,7 @@ type Options struct {
 	Env        []string          // base environment (nil: os.Environ())
 	Dir        string            // working directory ("" = inherit)
 	Stdout     io.Writer         // the objective's stdout is copied here (may be nil); an *os.File is its stdout itself
-	Stderr     io.Writer         // and its stderr here (may be nil)
+	Stderr     io.Writer         // and its stderr here (may be nil); an *os.File is its stderr itself
 	Timeout    time.Duration     // 0: none
 	// Grace is the time between the steps of stopping an objective:
 	// prune verdict, SIGTERM, SIGKILL. Zero means 10 s.
@@ -221,7 +221,19 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	} else {
 		cmd.Stdout = multi(o.Stdout, last)
 	}
-	cmd.Stderr = multi(o.Stderr, tail)
+	// The same for stderr: its tail is read back from the file.
+	errFile, _ := o.Stderr.(*os.File)
+	var errStart int64
+	if errFile != nil {
+		if errStart, err = errFile.Seek(0, io.SeekEnd); err != nil {
+			errFile = nil
+		}
+	}
+	if errFile != nil {
+		cmd.Stderr = errFile
+	} else {
+		cmd.Stderr = multi(o.Stderr, tail)
+	}
 	if null, err := devNull(); err == nil {
 		cmd.Stdin = null // opened once, not once per trial
 	}
@@ -353,6 +365,9 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	_ = repR.SetReadDeadline(time.Now().Add(2 * time.Second))
 	readers.Wait()
 	res.Duration = time.Since(start)
+	if errFile != nil {
+		readTail(errFile, errStart, tail)
+	}
 	res.StderrTail = tail.String()
 	if outFile != nil {
 		readTail(outFile, outStart, last)

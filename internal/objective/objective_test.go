@@ -103,12 +103,14 @@ func TestProtocol(t *testing.T) {
 			})
 		}
 	}
-	t.Run("stderr tail kept", func(t *testing.T) {
-		r := run(t, Options{Argv: py(t, "raise ValueError('bad lr 0.3')\n")}, nil)
-		if !strings.Contains(r.StderrTail, "ValueError: bad lr 0.3") {
-			t.Errorf("stderr tail = %q", r.StderrTail)
-		}
-	})
+	for how, stderr := range stdouts {
+		t.Run("stderr tail kept/"+how, func(t *testing.T) {
+			r := run(t, Options{Argv: py(t, "raise ValueError('bad lr 0.3')\n"), Stderr: stderr(t)}, nil)
+			if !strings.Contains(r.StderrTail, "ValueError: bad lr 0.3") || strings.Contains(r.StderrTail, "99.5") {
+				t.Errorf("stderr tail = %q, want this run's traceback only", r.StderrTail)
+			}
+		})
+	}
 }
 
 func TestPointDelivery(t *testing.T) {

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 )
 
 // Where the objectives' output goes. Each worker of a soma-trial process
@@ -19,7 +18,7 @@ import (
 // attempt's output starts and ends in an index:
 //
 //	logs/<study>/<host>.<pid>.<worker>.out  the objectives' stdout
-//	logs/<study>/<host>.<pid>.<worker>.err  their stderr (made on the first byte)
+//	logs/<study>/<host>.<pid>.<worker>.err  their stderr
 //	logs/<study>/<host>.<pid>.<worker>.idx  one line per attempt start and end:
 //	    start <trial> <attempt> <out offset> <err offset>
 //	    end <trial> <attempt> <out offset> <err offset>
@@ -35,29 +34,27 @@ import (
 // LogDir is the folder of a study's logs.
 func LogDir(root, studyName string) string { return filepath.Join(root, "logs", studyName) }
 
-// workerLog is one worker's log files.
+// workerLog is one worker's log files. The objective's stdout and stderr
+// are the files themselves (no pipe, no copying), opened for appending and
+// for reading (its last line and stderr's tail are read back).
 type workerLog struct {
-	base     string // path without the extension
-	out, idx *os.File
-	mu       sync.Mutex // guards err and errPos (the objective's stderr is copied by a goroutine)
-	err      *os.File
-	errPos   int64
-	errFail  error
+	out, err, idx *os.File
 }
 
 func openWorkerLog(dir, host string, pid, worker int) (*workerLog, error) {
 	base := filepath.Join(dir, fmt.Sprintf("%s.%d.%d", host, pid, worker))
-	// Read-write: the objective's last line is read back from it.
-	out, err := os.OpenFile(base+".out", os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o666)
-	if err != nil {
-		return nil, err
+	var files [3]*os.File
+	for i, ext := range []string{".out", ".err", ".idx"} {
+		f, err := os.OpenFile(base+ext, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o666)
+		if err != nil {
+			for _, g := range files[:i] {
+				g.Close()
+			}
+			return nil, err
+		}
+		files[i] = f
 	}
-	idx, err := os.OpenFile(base+".idx", os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o666)
-	if err != nil {
-		out.Close()
-		return nil, err
-	}
-	return &workerLog{base: base, out: out, idx: idx}, nil
+	return &workerLog{out: files[0], err: files[1], idx: files[2]}, nil
 }
 
 // mark appends one index line for attempt a of trial n at the files'
@@ -67,40 +64,16 @@ func (l *workerLog) mark(kind string, n, a int) error {
 	if err != nil {
 		return err
 	}
-	l.mu.Lock()
-	errPos := l.errPos
-	l.mu.Unlock()
+	errPos, err := l.err.Seek(0, io.SeekEnd)
+	if err != nil {
+		return err
+	}
 	_, err = fmt.Fprintf(l.idx, "%s %d %d %d %d\n", kind, n, a, outPos, errPos)
 	return err
 }
 
-// Write appends the objective's stderr, making the file on the first byte.
-func (l *workerLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.err == nil && l.errFail == nil {
-		l.err, l.errFail = os.OpenFile(l.base+".err", os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o666)
-		if l.errFail == nil {
-			var st os.FileInfo
-			if st, l.errFail = l.err.Stat(); l.errFail == nil {
-				l.errPos = st.Size()
-			}
-		}
-	}
-	if l.errFail != nil {
-		return 0, l.errFail
-	}
-	n, err := l.err.Write(p)
-	l.errPos += int64(n)
-	return n, err
-}
-
 func (l *workerLog) Close() error {
-	err := errors.Join(l.out.Close(), l.idx.Close())
-	if l.err != nil {
-		err = errors.Join(err, l.err.Close())
-	}
-	return err
+	return errors.Join(l.out.Close(), l.err.Close(), l.idx.Close())
 }
 
 // AttemptLog says where one attempt's output is kept.

@@ -26,10 +26,8 @@ func TestWorkerLogRanges(t *testing.T) {
 		if _, err := wl.out.WriteString(out); err != nil { // the objective's stdout
 			t.Fatal(err)
 		}
-		if errOut != "" {
-			if _, err := wl.Write([]byte(errOut)); err != nil { // its stderr, copied
-				t.Fatal(err)
-			}
+		if _, err := wl.err.WriteString(errOut); err != nil { // its stderr
+			t.Fatal(err)
 		}
 		if end {
 			if err := wl.mark("end", n, a); err != nil {

@@ -425,7 +425,7 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run, onExit func())
 		},
 		Env:        l.o.Env,
 		Stdout:     wl.out,
-		Stderr:     wl,
+		Stderr:     wl.err,
 		Timeout:    l.o.Timeout,
 		Grace:      l.o.KillGrace,
 		OnReport:   onReport,
