@@ -2,7 +2,9 @@ package trialrun
 
 import (
 	"bytes"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 )
@@ -92,21 +94,26 @@ func TestWorkerLogRanges(t *testing.T) {
 	}
 }
 
-func TestRunnableAbove(t *testing.T) {
-	for _, tc := range []struct {
-		line string
-		cpus int
-		want bool
-	}{
-		{"0.50 0.40 0.30 1/300 12345\n", 2, false},
-		{"3.10 2.40 2.30 2/310 12345\n", 2, false},
-		{"7.90 6.40 5.30 9/412 12345\n", 2, true},
-		{"7.90 6.40 5.30 9/412 12345\n", 16, false},
-		{"garbage", 2, false},
-		{"1 2 3 x/y 4", 2, false},
+func TestLocalWorkers(t *testing.T) {
+	dir := t.TempDir()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{
+		fmt.Sprintf("nodeA.%d.0.idx", os.Getpid()),      // alive
+		fmt.Sprintf("nodeA.%d.1.idx", os.Getpid()),      // alive, another worker
+		fmt.Sprintf("nodeA.%d.0.out", os.Getpid()),      // not an index
+		fmt.Sprintf("nodeA.%d.0.idx", dead.Process.Pid), // exited
+		fmt.Sprintf("nodeB.%d.0.idx", os.Getpid()),      // another host
+		"nodeA.x.0.idx",
 	} {
-		if got := runnableAbove(tc.line, tc.cpus); got != tc.want {
-			t.Errorf("runnableAbove(%q, %d) = %v, want %v", tc.line, tc.cpus, got, tc.want)
-		}
+		os.WriteFile(filepath.Join(dir, name), nil, 0o666)
+	}
+	if got := localWorkers(dir, "nodeA"); got != 2 {
+		t.Errorf("localWorkers = %d, want 2 (this process's two workers)", got)
+	}
+	if got := localWorkers(filepath.Join(dir, "missing"), "nodeA"); got != 0 {
+		t.Errorf("localWorkers of a missing folder = %d, want 0", got)
 	}
 }

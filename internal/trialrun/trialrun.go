@@ -72,20 +72,25 @@ func WorkDir(root, studyName string, trial int) string {
 }
 
 type loop struct {
-	st      *study.Study
-	root    string
-	o       Options
-	sig     <-chan os.Signal
-	mu      sync.Mutex
-	stops   map[int]chan objective.Stop // running objectives by worker
-	spare   map[int]string              // per worker: an ended trial's folder, to reuse if empty
-	logs    map[int]*workerLog          // per worker, opened on its first trial
-	stopped atomic.Bool                 // a signal arrived
+	st    *study.Study
+	root  string
+	o     Options
+	sig   <-chan os.Signal
+	mu    sync.Mutex
+	stops map[int]chan objective.Stop // running objectives by worker
+	spare map[int][]string            // per worker: ended trials' folders, to reuse if empty
+	logs  map[int]*workerLog          // per worker, opened on its first trial
+
+	stopped atomic.Bool // a signal arrived
 	signal  syscall.Signal
 	taken   atomic.Int64
 	active  atomic.Int64 // objectives running in this process
 	sum     Summary
 	logMu   sync.Mutex
+
+	crowdMu sync.Mutex // guards crowdAt, crowd (crowded)
+	crowdAt time.Time
+	crowd   bool
 }
 
 // Run runs the loop until the study's budget is reached, nothing is left
@@ -102,7 +107,7 @@ func Run(ctx context.Context, st *study.Study, root string, o Options, sig <-cha
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
-	l := &loop{st: st, root: root, o: o, sig: sig, stops: map[int]chan objective.Stop{}, spare: map[int]string{}, logs: map[int]*workerLog{}}
+	l := &loop{st: st, root: root, o: o, sig: sig, stops: map[int]chan objective.Stop{}, spare: map[int][]string{}, logs: map[int]*workerLog{}}
 	l.sum.States = map[string]int{}
 	if err := os.MkdirAll(LogDir(root, st.Name()), 0o777); err != nil {
 		return l.sum, fmt.Errorf("soma-trial: %w", err)
@@ -175,37 +180,51 @@ func (l *loop) logf(format string, args ...any) {
 // worker claims and runs trials until there is nothing more to do.
 //
 // For samplers whose proposals do not depend on results (random, sobol,
-// grid), it claims the next trial while it records the one that just
-// ended: both wait on fsyncs, and overlapping them raised one process's
-// rate by a tenth (a trivial objective; 280 instead of 255 trials/s).
-// Only one objective runs at a time all the same. It costs CPU (a
-// quarter more per trial: two goroutines in syscalls at once), so it is
-// skipped while the host has more runnable tasks than CPUs (measured
-// with 8 processes on 2 CPUs: 420 instead of 460 trials/s). A history
-// sampler (tpe) claims after recording, so that its next proposal knows
-// the last result.
+// grid), it records the attempt that just ended while it claims and runs
+// the next one: the record and the claim wait on fsyncs, and overlapping
+// them with each other and with the next objective raised one process's
+// rate from 255 to ~330 trials/s (a trivial objective; the floor, which
+// does the same syscalls one after another, ~300). Only one objective
+// runs at a time all the same. It costs CPU (two goroutines in syscalls
+// at once: context switches per trial 33 -> 61), so it is skipped while
+// this host runs more workers of the study than it has CPUs (measured
+// with 8 processes on 2 CPUs: 420 instead of 460 trials/s with it). A history sampler (tpe) claims after recording, so that its
+// next proposal knows the last result.
 func (l *loop) worker(ctx context.Context, w int) (string, error) {
 	var cs claimState
 	pipeline := l.o.Trial < 0 && l.st.IndexSampler()
+	var recording chan error // the last attempt's record, being written
+	wait := func() error {
+		if recording == nil {
+			return nil
+		}
+		err := <-recording
+		recording = nil
+		return err
+	}
 	c := l.claim(ctx, &cs)
 	for c.run != nil {
-		var next chan claimed
-		onExit := func() {
-			if pipeline && !hostBusy.busy() {
-				next = make(chan claimed, 1)
-				go func() { next <- l.claim(ctx, &cs) }()
-			}
-		}
 		l.active.Add(1)
-		err := l.runOne(ctx, w, c.run, onExit)
+		record, err := l.runOne(ctx, w, c.run)
 		l.active.Add(-1)
+		// The previous attempt's record was written while this one ran.
+		if rerr := wait(); err == nil {
+			err = rerr
+		}
 		switch {
-		case next != nil:
-			c = <-next
-		case err == nil && l.o.Trial < 0:
+		case err != nil:
+			c = claimed{reason: "error"}
+		case l.o.Trial >= 0:
+			err = record()
+			c = claimed{reason: "trial"}
+		case pipeline && !l.crowded():
+			recording = make(chan error, 1)
+			go func() { recording <- record() }()
 			c = l.claim(ctx, &cs)
 		default:
-			c = claimed{reason: "trial"}
+			if err = record(); err == nil {
+				c = l.claim(ctx, &cs)
+			}
 		}
 		if c.run != nil && (err != nil || l.stopped.Load()) {
 			// Claimed while the last one was recorded, and not to be
@@ -220,8 +239,12 @@ func (l *loop) worker(ctx context.Context, w int) (string, error) {
 			c = claimed{reason: "interrupted"}
 		}
 		if err != nil {
+			_ = wait()
 			return "error", err
 		}
+	}
+	if err := wait(); err != nil {
+		return "error", err
 	}
 	return c.reason, c.err
 }
@@ -314,9 +337,10 @@ func (l *loop) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// runOne runs the objective of one claimed attempt and records its end;
-// onExit is called once the objective has exited, before the record.
-func (l *loop) runOne(ctx context.Context, w int, run *study.Run, onExit func()) error {
+// runOne runs the objective of one claimed attempt and returns what
+// records its end (the worker may call it while its next objective runs).
+// An error means the objective could not run at all.
+func (l *loop) runOne(ctx context.Context, w int, run *study.Run) (record func() error, err error) {
 	name := l.st.Name()
 	n, a := run.Number(), run.Attempt()
 	kvs := run.Values()
@@ -326,18 +350,18 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run, onExit func())
 	}
 	pj, err := run.PointJSON()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	dir := WorkDir(l.root, name, n)
 	if err := l.makeWorkDir(w, dir); err != nil {
-		return fmt.Errorf("soma-trial: trial folder: %w", err)
+		return nil, fmt.Errorf("soma-trial: trial folder: %w", err)
 	}
 	wl, err := l.workerLog(w)
 	if err != nil {
-		return fmt.Errorf("soma-trial: log: %w", err)
+		return nil, fmt.Errorf("soma-trial: log: %w", err)
 	}
 	if err := wl.mark("start", n, a); err != nil {
-		return fmt.Errorf("soma-trial: log: %w", err)
+		return nil, fmt.Errorf("soma-trial: log: %w", err)
 	}
 
 	stop := make(chan objective.Stop, 2)
@@ -435,18 +459,23 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run, onExit func())
 	if merr := wl.mark("end", n, a); merr != nil {
 		l.logf("soma-trial: warning: log index: %v (soma logs may show trial %d.%d's output up to a later attempt's)", merr, n, a)
 	}
-	if err == nil && onExit != nil {
-		onExit()
-	}
-	// Record with a fresh context: a cancelled one must not lose the result.
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer rcancel()
 	if err != nil {
 		// The objective cannot start (not found...): give the trial back
 		// and stop, rather than fail every trial of the budget.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer rcancel()
 		_ = run.Finish(rctx, study.StateInterrupted, math.NaN(), err.Error())
-		return err
+		return nil, err
 	}
+	return func() error { return l.record(ctx, w, run, res, dir) }, nil
+}
+
+// record writes how an attempt ended, and its line in the log.
+func (l *loop) record(ctx context.Context, w int, run *study.Run, res objective.Result, dir string) error {
+	n, a := run.Number(), run.Attempt()
+	// Record with a fresh context: a cancelled one must not lose the result.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer rcancel()
 	state, score, reason := study.StateDone, res.Score, res.Reason
 	switch res.Outcome {
 	case objective.Failed:
@@ -477,7 +506,7 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run, onExit func())
 		// Never run again: if the objective left its folder empty, the
 		// next trial of this worker gets it (makeWorkDir).
 		l.mu.Lock()
-		l.spare[w] = dir
+		l.spare[w] = append(l.spare[w], dir)
 		l.mu.Unlock()
 	}
 	detail := ""
@@ -493,6 +522,14 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run, onExit func())
 	return nil
 }
 
+// host is this host's name as it appears in log file names.
+func (l *loop) host() string {
+	if h := fsstore.SanitizeSegment(l.o.Who.Host); h != "" {
+		return h
+	}
+	return "host"
+}
+
 // workerLog returns worker w's log files, opening them on first use.
 func (l *loop) workerLog(w int) (*workerLog, error) {
 	l.mu.Lock()
@@ -500,11 +537,7 @@ func (l *loop) workerLog(w int) (*workerLog, error) {
 	if wl := l.logs[w]; wl != nil {
 		return wl, nil
 	}
-	host := fsstore.SanitizeSegment(l.o.Who.Host)
-	if host == "" {
-		host = "host"
-	}
-	wl, err := openWorkerLog(LogDir(l.root, l.st.Name()), host, l.o.Who.PID, w)
+	wl, err := openWorkerLog(LogDir(l.root, l.st.Name()), l.host(), l.o.Who.PID, w)
 	if err != nil {
 		return nil, err
 	}
@@ -514,19 +547,25 @@ func (l *loop) workerLog(w int) (*workerLog, error) {
 
 // makeWorkDir makes a trial's working folder: a retry finds it there,
 // with whatever the earlier attempt left. A new one is, where possible,
-// the folder of this worker's previous trial renamed, if that trial ended
-// for good and its objective left it empty: a directory is the costliest
+// the folder of one of this worker's earlier trials renamed, if that
+// trial ended for good and its objective left it empty: a directory is the costliest
 // thing a trial creates (measured: 170 µs of CPU of 2.1 ms per trial on
 // ext4), a rename costs a fifth of that, and work/ then holds only the
 // folders that have something in them (and the latest of each worker),
 // not one empty folder per trial.
 func (l *loop) makeWorkDir(w int, dir string) error {
-	l.mu.Lock()
-	spare := l.spare[w]
-	delete(l.spare, w)
-	l.mu.Unlock()
-	if spare != "" && spare != dir && emptyDir(spare) {
-		if err := os.Rename(spare, dir); err == nil {
+	for {
+		l.mu.Lock()
+		spares := l.spare[w]
+		spare := ""
+		if len(spares) > 0 {
+			spare, l.spare[w] = spares[0], spares[1:]
+		}
+		l.mu.Unlock()
+		if spare == "" {
+			break
+		}
+		if spare != dir && emptyDir(spare) && os.Rename(spare, dir) == nil {
 			return nil
 		}
 	}
@@ -614,45 +653,43 @@ func firstLine(s string) string {
 // Ensure the store type satisfies what study consumes.
 var _ study.Store = (*fsstore.Store)(nil)
 
-// hostBusy says whether the host's CPUs are all taken (runBusy).
-var hostBusy = &busyProbe{path: "/proc/loadavg", cpus: runtime.NumCPU(), every: 250 * time.Millisecond}
-
-// busyProbe reads the number of runnable tasks from /proc/loadavg (its
-// fourth field, "running/total") at most once per every.
-type busyProbe struct {
-	path  string
-	cpus  int
-	every time.Duration
-
-	mu   sync.Mutex
-	at   time.Time
-	last bool
+// crowded reports whether this host runs more workers of the study than
+// it has CPUs (then the worker does not overlap its record with the next
+// claim: that costs CPU the other workers need). It counts the log
+// indexes of this host whose process is alive, at most every 200 ms.
+func (l *loop) crowded() bool {
+	l.crowdMu.Lock()
+	defer l.crowdMu.Unlock()
+	if !l.crowdAt.IsZero() && time.Since(l.crowdAt) < 200*time.Millisecond {
+		return l.crowd
+	}
+	l.crowdAt = time.Now()
+	l.crowd = localWorkers(LogDir(l.root, l.st.Name()), l.host()) > runtime.NumCPU()
+	return l.crowd
 }
 
-func (b *busyProbe) busy() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.at.IsZero() && time.Since(b.at) < b.every {
-		return b.last
-	}
-	b.at = time.Now()
-	data, err := os.ReadFile(b.path)
+// localWorkers counts the workers whose log index in dir is named for
+// host (<host>.<pid>.<worker>.idx) and whose process is alive. A reused
+// pid counts too: it only makes the count err on the crowded side.
+func localWorkers(dir, host string) int {
+	ents, err := os.ReadDir(dir)
 	if err != nil {
-		b.last = false // not Linux: assume spare CPUs
-		return false
+		return 0
 	}
-	b.last = runnableAbove(string(data), b.cpus)
-	return b.last
-}
-
-// runnableAbove reports whether a /proc/loadavg line counts more
-// runnable tasks than cpus. The count includes the caller itself.
-func runnableAbove(loadavg string, cpus int) bool {
-	f := strings.Fields(loadavg)
-	if len(f) < 4 {
-		return false
+	n := 0
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), host+".")
+		if !ok || !strings.HasSuffix(rest, ".idx") {
+			continue
+		}
+		pidText, _, _ := strings.Cut(rest, ".")
+		pid, err := strconv.Atoi(pidText)
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); err == nil || errors.Is(err, syscall.EPERM) {
+			n++
+		}
 	}
-	run, _, ok := strings.Cut(f[3], "/")
-	n, err := strconv.Atoi(run)
-	return ok && err == nil && n > cpus
+	return n
 }
