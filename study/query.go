@@ -326,6 +326,9 @@ const (
 	relistAfter = 5 * time.Second
 	// ...and at most relistShare of the time goes to listing.
 	relistShare = 20
+	// foldLearned: more numbers learned than this since the last look are
+	// folded into its listing.
+	foldLearned = 256
 )
 
 // lookFor says what a look is for.
@@ -366,6 +369,13 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 		// No listing and no reads: the trials that had not ended at the
 		// last look, less those that have since, or that have a newer
 		// attempt (a retry claimed since).
+		if len(s.learned) > foldLearned {
+			// Fold what was learned into the listing (a new slice: older
+			// snapshots share the old one), so that the map copied into
+			// each snapshot stays small.
+			s.listed = mergeInts(s.listed, slices.Sorted(maps.Keys(s.learned)))
+			clear(s.learned)
+		}
 		snap.present, snap.Foreign = s.listed, s.listForeign
 		snap.extra = maps.Clone(s.learned)
 		for _, r := range s.lastOpen {
@@ -509,6 +519,27 @@ func mergeRecords(a, b []Record) []Record {
 	}
 	out = append(out, a[i:]...)
 	return append(out, b[j:]...)
+}
+
+// mergeInts merges two sorted lists into a new one, without duplicates.
+func mergeInts(a, b []int) []int {
+	out := make([]int, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || (i < len(a) && a[i] < b[j]):
+			out = append(out, a[i])
+			i++
+		case i == len(a) || b[j] < a[i]:
+			out = append(out, b[j])
+			j++
+		default:
+			out = append(out, a[i])
+			i++
+			j++
+		}
+	}
+	return out
 }
 
 // mergeNumbers adds the numbers of recs to the sorted list ns, without

@@ -262,3 +262,49 @@ func TestNextFindsRetriesPastItsListing(t *testing.T) {
 		}
 	}
 }
+
+func TestMergeInts(t *testing.T) {
+	for _, tc := range []struct{ a, b, want []int }{
+		{nil, nil, []int{}},
+		{[]int{1, 3, 5}, nil, []int{1, 3, 5}},
+		{nil, []int{2}, []int{2}},
+		{[]int{1, 3, 5}, []int{2, 3, 6}, []int{1, 2, 3, 5, 6}},
+		{[]int{4}, []int{1, 2, 3}, []int{1, 2, 3, 4}},
+	} {
+		if got := mergeInts(tc.a, tc.b); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("mergeInts(%v, %v) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+// Past foldLearned claims since its last look, Next folds what it
+// learned into the look's listing; it goes on handing out each trial
+// once, in order.
+func TestNextFoldsLearnedNumbers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := recStore(t)
+	n := foldLearned + 40
+	s := recOpen(t, st, "s", recSpec(t, recContinuous, "minimize", "random", "none", n), 0)
+	for i := range n {
+		run, err := s.Next(ctx, recWho)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run.Number() != i {
+			t.Fatalf("Next #%d gave trial %d", i, run.Number())
+		}
+		if err := run.Finish(ctx, StateDone, float64(i), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.mu.Lock()
+	learned := len(s.learned)
+	s.mu.Unlock()
+	if learned > foldLearned {
+		t.Errorf("%d numbers learned and not folded, want at most %d", learned, foldLearned)
+	}
+	if _, err := s.Next(ctx, recWho); !errors.Is(err, ErrBudgetReached) {
+		t.Fatalf("Next after the budget = %v, want ErrBudgetReached", err)
+	}
+}
