@@ -416,7 +416,11 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 		// Trial numbers known from packs or earlier reads count as present
 		// even where a lagging listing misses them.
 		if len(s.finalList) > 0 {
-			present = mergeNumbers(present, s.finalList)
+			ended := make([]int, len(s.finalList))
+			for i := range s.finalList {
+				ended[i] = s.finalList[i].Number
+			}
+			present = mergeInts(present, ended)
 		}
 		s.listed, s.listForeign = present, snap.Foreign
 		maps.DeleteFunc(s.learned, func(n int, _ bool) bool {
@@ -535,28 +539,6 @@ func mergeInts(a, b []int) []int {
 			j++
 		default:
 			out = append(out, a[i])
-			i++
-			j++
-		}
-	}
-	return out
-}
-
-// mergeNumbers adds the numbers of recs to the sorted list ns, without
-// duplicates.
-func mergeNumbers(ns []int, recs []Record) []int {
-	out := make([]int, 0, max(len(ns), len(recs)))
-	i, j := 0, 0
-	for i < len(ns) || j < len(recs) {
-		switch {
-		case j == len(recs) || (i < len(ns) && ns[i] < recs[j].Number):
-			out = append(out, ns[i])
-			i++
-		case i == len(ns) || recs[j].Number < ns[i]:
-			out = append(out, recs[j].Number)
-			j++
-		default:
-			out = append(out, ns[i])
 			i++
 			j++
 		}

@@ -168,18 +168,7 @@ func TestNextReusesListing(t *testing.T) {
 	const n = 60
 	s := recOpen(t, c, "s", recSpec(t, recContinuous, "minimize", "random", "none", n), 0)
 	c.Reset()
-	for i := range n {
-		run, err := s.Next(ctx, recWho)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if run.Number() != i {
-			t.Fatalf("Next #%d gave trial %d", i, run.Number())
-		}
-		if err := run.Finish(ctx, StateDone, float64(i), ""); err != nil {
-			t.Fatal(err)
-		}
-	}
+	runInOrder(t, s, n)
 	// Each listing is a fresh look (at most one per relistAfter); the
 	// trials this process ran itself are never read back.
 	if got := c.Lists.Load(); got > 10 {
@@ -286,6 +275,23 @@ func TestNextFoldsLearnedNumbers(t *testing.T) {
 	st := recStore(t)
 	n := foldLearned + 40
 	s := recOpen(t, st, "s", recSpec(t, recContinuous, "minimize", "random", "none", n), 0)
+	runInOrder(t, s, n)
+	s.mu.Lock()
+	learned := len(s.learned)
+	s.mu.Unlock()
+	if learned > foldLearned {
+		t.Errorf("%d numbers learned and not folded, want at most %d", learned, foldLearned)
+	}
+	if _, err := s.Next(ctx, recWho); !errors.Is(err, ErrBudgetReached) {
+		t.Fatalf("Next after the budget = %v, want ErrBudgetReached", err)
+	}
+}
+
+// runInOrder runs n trials through Next and Finish in one process: Next
+// must hand out 0, 1, ... n-1.
+func runInOrder(t *testing.T, s *Study, n int) {
+	t.Helper()
+	ctx := context.Background()
 	for i := range n {
 		run, err := s.Next(ctx, recWho)
 		if err != nil {
@@ -297,14 +303,5 @@ func TestNextFoldsLearnedNumbers(t *testing.T) {
 		if err := run.Finish(ctx, StateDone, float64(i), ""); err != nil {
 			t.Fatal(err)
 		}
-	}
-	s.mu.Lock()
-	learned := len(s.learned)
-	s.mu.Unlock()
-	if learned > foldLearned {
-		t.Errorf("%d numbers learned and not folded, want at most %d", learned, foldLearned)
-	}
-	if _, err := s.Next(ctx, recWho); !errors.Is(err, ErrBudgetReached) {
-		t.Fatalf("Next after the budget = %v, want ErrBudgetReached", err)
 	}
 }

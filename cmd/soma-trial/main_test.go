@@ -201,28 +201,37 @@ func TestKill9MidTrialIsRetriedElsewhere(t *testing.T) {
 	}
 }
 
+// interrupt starts c, sends sig once the objective has written the start
+// mark (a name in e.marks), and wants soma-trial to exit as interrupted.
+// It returns soma-trial's stderr so far (the log c writes to).
+func interrupt(t *testing.T, e env, c *exec.Cmd, mark string, sig syscall.Signal) *bytes.Buffer {
+	t.Helper()
+	var log bytes.Buffer
+	c.Stderr = &log
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(e.marks, mark))
+	c.Process.Signal(sig)
+	err := c.Wait()
+	if code := c.ProcessState.ExitCode(); code != exitInterrupted {
+		t.Fatalf("exit = %v (%d), want %d\n%s", err, code, exitInterrupted, log.String())
+	}
+	return &log
+}
+
 func TestSIGUSR1InterruptsAndIsRetried(t *testing.T) {
 	e := newEnv(t)
 	flags := budget(2)
 	a := e.cmd([]string{"SLOW_TRIAL=0", "SLOW_SECONDS=30"}, append(flags, "--trial", "0", "--kill-grace", "1s")...)
-	var log bytes.Buffer
-	a.Stderr = &log
-	if err := a.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitFile(t, filepath.Join(e.marks, "0.0.start"))
-	a.Process.Signal(syscall.SIGUSR1)
-	err := a.Wait()
-	if code := a.ProcessState.ExitCode(); code != exitInterrupted {
-		t.Fatalf("exit = %v (%d), want %d\n%s", err, code, exitInterrupted, log.String())
-	}
+	log := interrupt(t, e, a, "0.0.start", syscall.SIGUSR1)
 	st := e.open(t)
 	snap, _ := st.Trials(context.Background())
 	if r, _ := snap.Trial(0); r.State != study.StateInterrupted {
 		t.Fatalf("trial 0 state %s, want interrupted", r.State)
 	}
 	b := e.cmd(nil, flags...)
-	b.Stderr = &log
+	b.Stderr = log
 	if err := b.Run(); err != nil {
 		t.Fatalf("rerun: %v\n%s", err, log.String())
 	}
@@ -382,18 +391,9 @@ func TestTrialDirKeptAcrossRetriesReusedWhenEmpty(t *testing.T) {
 	e := newEnv(t)
 	flags := budget(8)
 	a := e.cmd([]string{"SLOW_TRIAL=0", "SLOW_SECONDS=30", "CHECKPOINT_TRIAL=0"}, append(flags, "--trial", "0", "--kill-grace", "1s")...)
-	var log bytes.Buffer
-	a.Stderr = &log
-	if err := a.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitFile(t, filepath.Join(e.marks, "0.0.start"))
-	a.Process.Signal(syscall.SIGUSR1)
-	if err := a.Wait(); a.ProcessState.ExitCode() != exitInterrupted {
-		t.Fatalf("exit = %v, want %d\n%s", err, exitInterrupted, log.String())
-	}
+	log := interrupt(t, e, a, "0.0.start", syscall.SIGUSR1)
 	b := e.cmd([]string{"KEEP_TRIAL=3", "CHECKPOINT_TRIAL=0"}, flags...)
-	b.Stderr = &log
+	b.Stderr = log
 	if err := b.Run(); err != nil {
 		t.Fatalf("rest of the budget: %v\n%s", err, log.String())
 	}
@@ -430,16 +430,7 @@ func TestTrialDirKeptAcrossRetriesReusedWhenEmpty(t *testing.T) {
 func TestSignalLeavesNothingRunning(t *testing.T) {
 	e := newEnv(t)
 	c := e.cmd([]string{"SLOW_TRIAL=3", "SLOW_SECONDS=30"}, append(budget(8), "--kill-grace", "1s")...)
-	var log bytes.Buffer
-	c.Stderr = &log
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitFile(t, filepath.Join(e.marks, "3.0.start"))
-	c.Process.Signal(syscall.SIGTERM)
-	if err := c.Wait(); c.ProcessState.ExitCode() != exitInterrupted {
-		t.Fatalf("exit = %v, want %d\n%s", err, exitInterrupted, log.String())
-	}
+	log := interrupt(t, e, c, "3.0.start", syscall.SIGTERM)
 	snap, err := e.open(t).Trials(context.Background())
 	if err != nil {
 		t.Fatal(err)

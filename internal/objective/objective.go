@@ -206,34 +206,13 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	last := &lastLine{}
 	tail := &tailBuffer{max: 4096}
-	// A file for stdout (soma-trial's log) is the objective's stdout
-	// itself: no pipe, no goroutine copying, no wakeups; the last line is
-	// read back from the file's end when it exits.
-	outFile, _ := o.Stdout.(*os.File)
-	var outStart int64
-	if outFile != nil {
-		if outStart, err = outFile.Seek(0, io.SeekEnd); err != nil {
-			outFile = nil
-		}
-	}
-	if outFile != nil {
-		cmd.Stdout = outFile
-	} else {
-		cmd.Stdout = multi(o.Stdout, last)
-	}
-	// The same for stderr: its tail is read back from the file.
-	errFile, _ := o.Stderr.(*os.File)
-	var errStart int64
-	if errFile != nil {
-		if errStart, err = errFile.Seek(0, io.SeekEnd); err != nil {
-			errFile = nil
-		}
-	}
-	if errFile != nil {
-		cmd.Stderr = errFile
-	} else {
-		cmd.Stderr = multi(o.Stderr, tail)
-	}
+	// A file for stdout or stderr (soma-trial's logs) is the objective's
+	// own: no pipe, no goroutine copying, no wakeups; the last line and
+	// the stderr tail are read back from the file's end when it exits.
+	var outFile, errFile *os.File
+	var outStart, errStart int64
+	cmd.Stdout, outFile, outStart = direct(o.Stdout, last)
+	cmd.Stderr, errFile, errStart = direct(o.Stderr, tail)
 	if null, err := devNull(); err == nil {
 		cmd.Stdin = null // opened once, not once per trial
 	}
@@ -534,6 +513,18 @@ func multi(w io.Writer, extra io.Writer) io.Writer {
 		return extra
 	}
 	return io.MultiWriter(w, extra)
+}
+
+// direct returns what the objective writes to: w itself if it is a file
+// (with the file and its current end, where this run's output starts),
+// else w and capture together.
+func direct(w, capture io.Writer) (io.Writer, *os.File, int64) {
+	if f, ok := w.(*os.File); ok {
+		if end, err := f.Seek(0, io.SeekEnd); err == nil {
+			return f, f, end
+		}
+	}
+	return multi(w, capture), nil, 0
 }
 
 var devNullOnce = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNull) })
