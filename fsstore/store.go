@@ -267,7 +267,9 @@ func (s *Store) Claim(ctx context.Context, name string, d Digest, meta Meta) (bo
 	dst := s.namePath(name)
 	won, err := s.linkClaim(tmp.path, dst)
 	if errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(filepath.Dir(dst), 0o777); err != nil {
+		// The name's folder is new (a trial's first attempt): make it,
+		// one mkdir where MkdirAll would stat first.
+		if err := mkdirParent(dst); err != nil {
 			return false, fmt.Errorf("claim %s: %w", name, nameConflict(err))
 		}
 		won, err = s.linkClaim(tmp.path, dst)
@@ -283,11 +285,27 @@ func (s *Store) Claim(ctx context.Context, name string, d Digest, meta Meta) (bo
 	return won, nil
 }
 
+// mkdirParent makes the folder of path, and its parents if missing.
+func mkdirParent(path string) error {
+	dir := filepath.Dir(path)
+	err := os.Mkdir(dir, 0o777)
+	switch {
+	case err == nil, errors.Is(err, fs.ErrExist):
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		return os.MkdirAll(dir, 0o777)
+	}
+	return err
+}
+
 // linkClaim links tmp to dst and says whether this link made dst.
 func (s *Store) linkClaim(tmp, dst string) (bool, error) {
 	err := s.link(tmp, dst)
 	if err == nil {
 		return true, nil
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, err // dst's folder is missing: no link was made
 	}
 	// Whatever link said, a link count of 2 on our unique temp file means
 	// our link happened (the reply was lost and the retry saw EEXIST, or
