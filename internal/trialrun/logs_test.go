@@ -101,19 +101,24 @@ func TestLocalWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{
-		fmt.Sprintf("nodeA.%d.0.idx", os.Getpid()),      // alive
-		fmt.Sprintf("nodeA.%d.1.idx", os.Getpid()),      // alive, another worker
-		fmt.Sprintf("nodeA.%d.0.out", os.Getpid()),      // not an index
-		fmt.Sprintf("nodeA.%d.0.idx", dead.Process.Pid), // exited
-		fmt.Sprintf("nodeB.%d.0.idx", os.Getpid()),      // another host
-		"nodeA.x.0.idx",
+		fmt.Sprintf("%d.0", os.Getpid()),      // alive
+		fmt.Sprintf("%d.1", os.Getpid()),      // alive, another worker
+		fmt.Sprintf("%d.0", dead.Process.Pid), // exited
+		"x.0", "",
 	} {
-		os.WriteFile(filepath.Join(dir, name), nil, 0o666)
+		if name != "" {
+			os.WriteFile(filepath.Join(dir, name), nil, 0o666)
+		}
 	}
-	if got := localWorkers(dir, "nodeA"); got != 2 {
+	if got := localWorkers(dir); got != 2 {
 		t.Errorf("localWorkers = %d, want 2 (this process's two workers)", got)
 	}
-	if got := localWorkers(filepath.Join(dir, "missing"), "nodeA"); got != 0 {
+	if got := localWorkers(filepath.Join(dir, "missing")); got != 0 {
 		t.Errorf("localWorkers of a missing folder = %d, want 0", got)
+	}
+	// One registry per study folder and study, under $TMPDIR.
+	a, b := registryDir("/scratch/r", "s"), registryDir("/scratch/r", "t")
+	if a == b || a != registryDir("/scratch/r/", "s") || filepath.Dir(a) != os.TempDir() {
+		t.Errorf("registryDir: %q, %q", a, b)
 	}
 }

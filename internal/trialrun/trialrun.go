@@ -88,9 +88,11 @@ type loop struct {
 	sum     Summary
 	logMu   sync.Mutex
 
-	crowdMu sync.Mutex // guards crowdAt, crowd (crowded)
-	crowdAt time.Time
-	crowd   bool
+	crowdMu    sync.Mutex // guards crowdAt, crowd (crowded)
+	crowdAt    time.Time
+	crowd      bool
+	registry   string   // registryDir
+	registered []string // this process's registry entries, removed at the end
 }
 
 // Run runs the loop until the study's budget is reached, nothing is left
@@ -116,9 +118,16 @@ func Run(ctx context.Context, st *study.Study, root string, o Options, sig <-cha
 	defer cancel()
 	go l.watchSignals(ctx)
 
+	l.registry = registryDir(root, st.Name())
 	defer func() {
 		for _, wl := range l.logs {
 			wl.Close()
+		}
+		for _, p := range l.registered {
+			os.Remove(p)
+		}
+		if len(l.registered) > 0 {
+			os.Remove(l.registry) // if no other worker is in it
 		}
 	}()
 	var wg sync.WaitGroup
@@ -533,15 +542,22 @@ func (l *loop) host() string {
 // workerLog returns worker w's log files, opening them on first use.
 func (l *loop) workerLog(w int) (*workerLog, error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if wl := l.logs[w]; wl != nil {
+	wl := l.logs[w]
+	l.mu.Unlock()
+	if wl != nil {
 		return wl, nil
 	}
+	// Only worker w opens its own files: no race on l.logs[w].
 	wl, err := openWorkerLog(LogDir(l.root, l.st.Name()), l.host(), l.o.Who.PID, w)
 	if err != nil {
 		return nil, err
 	}
+	l.mu.Lock()
 	l.logs[w] = wl
+	l.mu.Unlock()
+	if l.o.Trial < 0 && l.st.IndexSampler() {
+		l.register(w) // for crowded
+	}
 	return wl, nil
 }
 
@@ -655,8 +671,8 @@ var _ study.Store = (*fsstore.Store)(nil)
 
 // crowded reports whether this host runs more workers of the study than
 // it has CPUs (then the worker does not overlap its record with the next
-// claim: that costs CPU the other workers need). It counts the log
-// indexes of this host whose process is alive, at most every 200 ms.
+// claim: that costs CPU the other workers need). It counts the live
+// entries of the study's node-local worker registry, at most every 200 ms.
 func (l *loop) crowded() bool {
 	l.crowdMu.Lock()
 	defer l.crowdMu.Unlock()
@@ -664,25 +680,52 @@ func (l *loop) crowded() bool {
 		return l.crowd
 	}
 	l.crowdAt = time.Now()
-	l.crowd = localWorkers(LogDir(l.root, l.st.Name()), l.host()) > runtime.NumCPU()
+	l.crowd = localWorkers(l.registry) > runtime.NumCPU()
 	return l.crowd
 }
 
-// localWorkers counts the workers whose log index in dir is named for
-// host (<host>.<pid>.<worker>.idx) and whose process is alive. A reused
-// pid counts too: it only makes the count err on the crowded side.
-func localWorkers(dir, host string) int {
+// registryDir is a node-local folder (under $TMPDIR) where each worker of
+// this host running the study at root leaves an empty file <pid>.<worker>.
+// Node-local, not in the study folder: counting the workers of a node
+// must not list a shared folder five times a second from every process
+// of a cluster.
+func registryDir(root, studyName string) string {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		abs = root
+	}
+	h := uint64(14695981039346656037)
+	for _, c := range []byte(abs + "\x00" + studyName) {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("soma-workers-%016x", h))
+}
+
+// register adds worker w to the registry (best effort: without it, the
+// worker only overlaps its work more than it might).
+func (l *loop) register(w int) {
+	if os.MkdirAll(l.registry, 0o777) != nil {
+		return
+	}
+	p := filepath.Join(l.registry, fmt.Sprintf("%d.%d", os.Getpid(), w))
+	if f, err := os.Create(p); err == nil {
+		f.Close()
+		l.mu.Lock()
+		l.registered = append(l.registered, p)
+		l.mu.Unlock()
+	}
+}
+
+// localWorkers counts the entries <pid>.<worker> in dir whose process is
+// alive. A reused pid counts too: it only errs on the crowded side.
+func localWorkers(dir string) int {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return 0
 	}
 	n := 0
 	for _, e := range ents {
-		rest, ok := strings.CutPrefix(e.Name(), host+".")
-		if !ok || !strings.HasSuffix(rest, ".idx") {
-			continue
-		}
-		pidText, _, _ := strings.Cut(rest, ".")
+		pidText, _, _ := strings.Cut(e.Name(), ".")
 		pid, err := strconv.Atoi(pidText)
 		if err != nil || pid <= 0 {
 			continue
