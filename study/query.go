@@ -392,44 +392,41 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 		return snap, nil
 	}
 	s.mu.Unlock()
-	var present []int
 	start := time.Now()
-	{
-		if err := s.loadPacks(ctx, snap); err != nil {
-			return nil, err
-		}
-		kids, err := s.store.Children(ctx, s.names.trials())
-		if err != nil {
-			return nil, fmt.Errorf("study %s: %w", s.name, err)
-		}
-		present = make([]int, 0, len(kids))
-		for _, k := range kids {
-			n, ok := parseNumber(k)
-			if !ok {
-				snap.Foreign++
-				continue
-			}
-			present = append(present, n)
-		}
-		slices.Sort(present)
-		s.mu.Lock()
-		// Trial numbers known from packs or earlier reads count as present
-		// even where a lagging listing misses them.
-		if len(s.finalList) > 0 {
-			ended := make([]int, len(s.finalList))
-			for i := range s.finalList {
-				ended[i] = s.finalList[i].Number
-			}
-			present = mergeInts(present, ended)
-		}
-		s.listed, s.listForeign = present, snap.Foreign
-		maps.DeleteFunc(s.learned, func(n int, _ bool) bool {
-			_, ok := slices.BinarySearch(present, n)
-			return ok
-		})
-		snap.extra = maps.Clone(s.learned)
-		s.mu.Unlock()
+	if err := s.loadPacks(ctx, snap); err != nil {
+		return nil, err
 	}
+	kids, err := s.store.Children(ctx, s.names.trials())
+	if err != nil {
+		return nil, fmt.Errorf("study %s: %w", s.name, err)
+	}
+	present := make([]int, 0, len(kids))
+	for _, k := range kids {
+		n, ok := parseNumber(k)
+		if !ok {
+			snap.Foreign++
+			continue
+		}
+		present = append(present, n)
+	}
+	slices.Sort(present)
+	s.mu.Lock()
+	// Trial numbers known from packs or earlier reads count as present
+	// even where a lagging listing misses them.
+	if len(s.finalList) > 0 {
+		ended := make([]int, len(s.finalList))
+		for i := range s.finalList {
+			ended[i] = s.finalList[i].Number
+		}
+		present = mergeInts(present, ended)
+	}
+	s.listed, s.listForeign = present, snap.Foreign
+	maps.DeleteFunc(s.learned, func(n int, _ bool) bool {
+		_, ok := slices.BinarySearch(present, n)
+		return ok
+	})
+	snap.extra = maps.Clone(s.learned)
+	s.mu.Unlock()
 	var todo []int
 	s.mu.Lock()
 	for _, n := range present {
