@@ -217,7 +217,9 @@ func (l *loop) worker(ctx context.Context, w int) (string, error) {
 		record, err := l.runOne(ctx, w, c.run)
 		l.active.Add(-1)
 		// The previous attempt's record was written while this one ran.
-		if rerr := wait(); err == nil {
+		if rerr := wait(); rerr != nil && err == nil {
+			// Stopping on that error: record this one first, it ran.
+			_ = record()
 			err = rerr
 		}
 		switch {
@@ -233,6 +235,8 @@ func (l *loop) worker(ctx context.Context, w int) (string, error) {
 		default:
 			if err = record(); err == nil {
 				c = l.claim(ctx, &cs)
+			} else {
+				c = claimed{reason: "error"}
 			}
 		}
 		if c.run != nil && (err != nil || l.stopped.Load()) {
