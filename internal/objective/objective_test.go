@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -222,3 +223,72 @@ func TestTimeoutAndSignals(t *testing.T) {
 }
 
 func pyStr(s string) string { return "'" + strings.ReplaceAll(s, "'", "\\'") + "'" }
+
+// TestReportPipe pins how the report pipe is read (watch): what an
+// objective may do with fd 3 and fd 4 without losing a report or leaving
+// soma-trial waiting.
+func TestReportPipe(t *testing.T) {
+	t.Run("an objective that never reads its verdicts is not stalled", func(t *testing.T) {
+		// 20000 verdicts are ~170 KiB, more than a pipe holds: the ones
+		// that do not fit are dropped, the reports all count.
+		body := "for i in range(20000):\n  os.write(3, b'report %d 0.5\\n' % i)\nfinal(1.0)\n"
+		r := run(t, Options{Argv: py(t, body), OnReport: func(int64, float64) bool { return false }}, nil)
+		if r.Outcome != Done || len(r.Curve) != 20000 {
+			t.Fatalf("outcome %s (%s) with %d steps, want done with 20000", r.Outcome, r.Reason, len(r.Curve))
+		}
+	})
+	t.Run("reports after a prune are answered prune", func(t *testing.T) {
+		// The objective reads each verdict, ignores the prune and
+		// reports twice more, then exits on its own.
+		out := filepath.Join(t.TempDir(), "verdicts")
+		body := "ctl = os.fdopen(4)\ngot = []\nfor i in range(4):\n  os.write(3, b'report %d 0.5\\n' % i)\n  got.append(ctl.readline().strip())\nopen(" + pyStr(out) + ", 'w').write(' '.join(got))\n"
+		r := run(t, Options{Argv: py(t, body), Grace: 5 * time.Second, OnReport: func(step int64, _ float64) bool { return step == 1 }}, nil)
+		if r.Outcome != Pruned || r.PrunedAt != 1 {
+			t.Fatalf("outcome %s at %d, want pruned at step 1", r.Outcome, r.PrunedAt)
+		}
+		got, _ := os.ReadFile(out)
+		if string(got) != "continue prune prune prune" {
+			t.Errorf("verdicts %q, want continue then prune for every later report", got)
+		}
+	})
+	t.Run("a last line without a newline counts", func(t *testing.T) {
+		r := run(t, Options{Argv: py(t, "os.write(3, b'report 0 0.5\\nfinal 0.75')\n")}, nil)
+		if r.Outcome != Done || r.Score != 0.75 || len(r.Curve) != 1 {
+			t.Errorf("outcome %s score %v steps %d, want done 0.75 with 1 step", r.Outcome, r.Score, len(r.Curve))
+		}
+	})
+	t.Run("a report line over 1 MiB is a protocol error, not a hang", func(t *testing.T) {
+		body := "os.write(3, b'report 0 ' + b'1' * (3 << 20) + b'\\n')\nos.write(3, b'report 1 0.5\\n')\nfinal(1.0)\n"
+		r := run(t, Options{Argv: py(t, body)}, nil)
+		if r.Outcome != Failed || !strings.Contains(r.Reason, "bad report line") || len(r.Curve) != 1 {
+			t.Errorf("outcome %s (%s) with %d steps, want failed on the long line, the next report kept", r.Outcome, r.Reason, len(r.Curve))
+		}
+	})
+	t.Run("closing fd 3 early does not end the run", func(t *testing.T) {
+		body := "os.write(3, b'report 0 0.5\\n')\nos.close(3)\ntime.sleep(0.3)\nprint(2.5)\n"
+		r := run(t, Options{Argv: py(t, body)}, nil)
+		if r.Outcome != Done || r.Score != 2.5 || len(r.Curve) != 1 {
+			t.Errorf("outcome %s (%s) score %v, want done 2.5 after the early close", r.Outcome, r.Reason, r.Score)
+		}
+	})
+	t.Run("a process left holding fd 3 is not waited for", func(t *testing.T) {
+		// The objective starts a background process that inherits fd 3
+		// and outlives it; its score must still be taken, and the run
+		// must end without waiting for the straggler.
+		testutil.NeedPython(t, "json")
+		// Its stdout goes to the objective's stdout too (a pipe here,
+		// soma-trial's log file there): not waited for either.
+		body := "import subprocess\nsubprocess.Popen(['sleep', '61'], pass_fds=(3,), start_new_session=True)\nprint(3.5, flush=True)\n"
+		t.Cleanup(func() { _ = exec.Command("pkill", "-f", "^sleep 61$").Run() })
+		done := make(chan Result, 1)
+		go func() { done <- run(t, Options{Argv: py(t, body)}, nil) }()
+		select {
+		case r := <-done:
+			if r.Outcome != Done || r.Score != 3.5 {
+				t.Errorf("outcome %s (%s) score %v, want done 3.5", r.Outcome, r.Reason, r.Score)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("Run waited for a background process holding fd 3 and stdout")
+		}
+	})
+}

@@ -1,0 +1,132 @@
+package objective
+
+import (
+	"bytes"
+	"errors"
+	"os/exec"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxLine is the longest report line read; a longer one is a protocol
+// error and is skipped to its end (the objective is never left blocked
+// on a full pipe).
+const maxLine = 1 << 20
+
+// exitLook is how often watch looks whether the objective has exited
+// while the report pipe stays open: only when something else holds its
+// fd 3 (a grandchild it left behind, which soma-trial waits for at most
+// exitDrain), so the look costs nothing in the usual case.
+const (
+	exitLook  = 250 * time.Millisecond
+	exitDrain = 2 * time.Second
+)
+
+// pipe makes a pipe whose ends close on exec (the objective gets its
+// ends through ExtraFiles, dup'ed to fd 3 and fd 4 in the child).
+func pipe() (r, w int, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return -1, -1, err
+	}
+	return p[0], p[1], nil
+}
+
+// watch reads the report pipe fd (non-blocking) line by line, calling
+// line for each, until every writer has closed it, and returns how the
+// objective exited (cmd.Wait's error). The objective's exit normally
+// closes the pipe's last writer; if a process it left behind still holds
+// fd 3, watch notices the exit within exitLook and reads on for at most
+// exitDrain. A last line without a newline counts.
+//
+// It is one goroutine in poll(2): the objective's whole run costs one
+// thread wakeup per batch of reports and one at the end.
+func watch(cmd *exec.Cmd, fd int, line func(string)) error {
+	var (
+		partial  []byte
+		skipping bool // inside a line longer than maxLine
+		exitedAt time.Time
+		chunk    = make([]byte, 16<<10)
+	)
+	feed := func(b []byte) {
+		for len(b) > 0 {
+			i := bytes.IndexByte(b, '\n')
+			if i < 0 {
+				if !skipping {
+					partial = append(partial, b...)
+					if len(partial) > maxLine {
+						line(string(partial[:64]) + "... (a report line over 1 MiB)")
+						partial, skipping = partial[:0], true
+					}
+				}
+				return
+			}
+			if !skipping {
+				partial = append(partial, b[:i]...)
+				line(string(partial))
+			}
+			partial, skipping = partial[:0], false
+			b = b[i+1:]
+		}
+	}
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		timeout := exitLook
+		if !exitedAt.IsZero() {
+			timeout = exitDrain - time.Since(exitedAt)
+			if timeout <= 0 {
+				break
+			}
+		}
+		n, err := unix.Poll(pfd, int(timeout/time.Millisecond)+1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || pfd[0].Revents&unix.POLLNVAL != 0 {
+			break // cannot happen with our own open fd; wait for the exit
+		}
+		if n == 0 {
+			if exitedAt.IsZero() && exited(cmd.Process.Pid) {
+				exitedAt = time.Now()
+			}
+			continue
+		}
+		eof := false
+		for {
+			k, err := unix.Read(fd, chunk)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil { // EAGAIN: all read for now
+				break
+			}
+			if k == 0 {
+				eof = true
+				break
+			}
+			feed(chunk[:k])
+		}
+		if eof {
+			break
+		}
+	}
+	if len(partial) > 0 && !skipping {
+		line(string(partial))
+	}
+	err := cmd.Wait()
+	if errors.Is(err, exec.ErrWaitDelay) {
+		// It exited with status 0; something it left behind still holds
+		// a stdout or stderr pipe (cmd.WaitDelay). Its output so far counts.
+		err = nil
+	}
+	return err
+}
+
+// exited reports whether process pid (a child) has exited, without
+// reaping it: cmd.Wait does that.
+func exited(pid int) bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	return err != nil || info.Signo != 0
+}
