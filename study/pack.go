@@ -47,8 +47,15 @@ const (
 // PackOptions configure Study.Pack.
 type PackOptions struct {
 	// MinRecords is the fewest unpacked ended trials worth a new pack.
-	// Zero means 256.
+	// Zero means 256, or 64 with Own.
 	MinRecords int
+	// Own packs only the trials this Study ended itself (Run.Finish),
+	// without looking at the rest of the study: what soma-trial does when
+	// its loop ends, so that each of P processes packs its own share. (It
+	// used to pack the whole study: at the end of a budget shared by 8
+	// processes each one looked at the others' ~875 trials and wrote an
+	// overlapping pack of ~1000.)
+	Own bool
 	// MergeFanIn: when this many packs of one level exist, they are merged
 	// into one pack of the next level. Zero means 8. With the defaults a
 	// study of 100k trials is held in fewer than 30 packs.
@@ -241,19 +248,28 @@ func strictlyByNumber(recs []Record) bool {
 // 'soma gc' or 'soma status' may too.
 func (s *Study) Pack(ctx context.Context, opts PackOptions) (PackReport, error) {
 	var rep PackReport
-	if opts.MinRecords <= 0 {
+	switch {
+	case opts.MinRecords > 0:
+	case opts.Own:
+		opts.MinRecords = 64
+	default:
 		opts.MinRecords = 256
 	}
 	if opts.MergeFanIn < 2 {
 		opts.MergeFanIn = 8
 	}
-	if _, err := s.snapshot(ctx); err != nil {
+	if opts.Own {
+		// Only the packs: what they cover need not be packed again.
+		if err := s.loadPacks(ctx, &Snapshot{}); err != nil {
+			return rep, err
+		}
+	} else if _, err := s.snapshot(ctx); err != nil {
 		return rep, err
 	}
 	s.mu.Lock()
 	var fresh []Record
 	for _, r := range s.finalList {
-		if !s.packs.covered[r.Number] {
+		if !s.packs.covered[r.Number] && (!opts.Own || s.mine[r.Number]) {
 			fresh = append(fresh, r)
 		}
 	}

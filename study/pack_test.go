@@ -235,3 +235,47 @@ func TestCorruptPackIsReportedAndSkipped(t *testing.T) {
 		t.Errorf("Trials %d, Corrupt %v; want 6 and the bad pack", len(snap.Trials), snap.Corrupt)
 	}
 }
+
+// Pack with Own (soma-trial's end of loop) packs the trials this process
+// ended and nothing else, without reading the other processes' trials;
+// each process packing its share leaves a study that reads the same
+// packed and unpacked.
+func TestPackOwn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := recStore(t)
+	const budget = 200
+	recOpen(t, st, "s", recSpec(t, recContinuous, "minimize", "random", "none", budget), 0)
+	c := fsstore.NewCounter(st)
+	a, b := recOpen(t, c, "s", nil, 0), recOpen(t, st, "s", nil, 0)
+	mine := map[*Study]int{}
+	for i := 0; ; i++ {
+		s := a
+		if i%3 != 0 { // b runs two of every three
+			s = b
+		}
+		run, err := s.Next(ctx, Who{Host: "h", PID: 1})
+		if errors.Is(err, ErrBudgetReached) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := run.Finish(ctx, StateDone, float64(run.Number()), ""); err != nil {
+			t.Fatal(err)
+		}
+		mine[s]++
+	}
+	c.Reset()
+	rep, err := a.Pack(ctx, PackOptions{Own: true, MinRecords: 10})
+	if err != nil || rep.Packed != mine[a] {
+		t.Fatalf("a: Pack(Own) = %+v, %v; want its %d trials packed", rep, err, mine[a])
+	}
+	if got := c.Resolves.Load(); got != 0 {
+		t.Errorf("Pack(Own) read %d records, want none (the store has no pack yet)", got)
+	}
+	if rep, err := b.Pack(ctx, PackOptions{Own: true, MinRecords: 10}); err != nil || rep.Packed != mine[b] || rep.Packs != 2 {
+		t.Fatalf("b: Pack(Own) = %+v, %v; want its %d trials in a second pack", rep, err, mine[b])
+	}
+	samePackedAndUnpacked(t, st, "s")
+}

@@ -307,6 +307,7 @@ func (r *Run) Finish(ctx context.Context, state State, score float64, reason str
 		if rec, err := decodeRecord(r.s.name, r.s.spec.Space, r.number, r.attempt, b); err == nil && rec.Final(r.s.spec.MaxRetries) {
 			r.s.mu.Lock()
 			r.s.addFinal(rec)
+			r.s.mine[r.number] = true
 			r.s.mu.Unlock()
 		}
 	}

@@ -149,6 +149,7 @@ type Study struct {
 	mu        sync.Mutex
 	emptyBlob fsstore.Digest
 	final     map[int]Record // trials whose latest attempt is final: never re-read
+	mine      map[int]bool   // trials this Study ended itself (Run.Finish), for Pack's Own
 	finalList []Record       // the same, sorted by number
 	highest   map[int]int    // highest attempt seen per trial (listings may lag)
 	curves    map[fsstore.Digest]curveBlob
@@ -303,6 +304,7 @@ func newStudy(store Store, name string, spec *Spec, opts Options) (*Study, error
 		clock:   newServerClock(grace),
 		limit:   spec.Budget,
 		final:   make(map[int]Record),
+		mine:    make(map[int]bool),
 		highest: make(map[int]int),
 		curves:  make(map[fsstore.Digest]curveBlob),
 		packs:   packCache{loaded: make(map[string]packInfo), covered: make(map[int]bool)},

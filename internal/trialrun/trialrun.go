@@ -145,11 +145,13 @@ func Run(ctx context.Context, st *study.Study, root string, o Options, sig <-cha
 	if err := errors.Join(errs...); err != nil {
 		return l.sum, err
 	}
-	// Pack the study's ended trials so that views of a large study read a
-	// few packs instead of one file per trial. Done once, at the end of the
-	// loop, not after each trial: it scans the study. Safe when every array
-	// task does it at once; a failure costs only speed, so it is a warning.
-	if rep, err := st.Pack(ctx, study.PackOptions{}); err != nil {
+	// Pack the trials this process ended so that views of a large study
+	// read a few packs instead of one file per trial. Done once, at the end
+	// of the loop, and only this process's own share (every array task
+	// packs its own; none reads the others' trials for it). Safe when every
+	// array task does it at once; a failure costs only speed, so it is a
+	// warning.
+	if rep, err := st.Pack(ctx, study.PackOptions{Own: true}); err != nil {
 		l.logf("soma-trial: warning: packing ended trials failed (views stay correct, only slower): %v", err)
 	} else if rep.Packed > 0 && o.Verbose {
 		l.logf("soma-trial: packed %d ended trials (%d packs)", rep.Packed, rep.Packs)
