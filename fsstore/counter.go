@@ -52,6 +52,16 @@ func (c *Counter) Bind(ctx context.Context, name string, d Digest, meta Meta) (B
 	return c.S.Bind(ctx, name, d, meta)
 }
 
+func (c *Counter) Seal(ctx context.Context, name string, d Digest, meta Meta) (Bound, error) {
+	c.Binds.Add(1)
+	return c.S.Seal(ctx, name, d, meta)
+}
+
+func (c *Counter) Probe(ctx context.Context, name string) (Presence, error) {
+	c.Stats.Add(1)
+	return c.S.Probe(ctx, name)
+}
+
 func (c *Counter) Resolve(ctx context.Context, name string) (Bound, error) {
 	c.Resolves.Add(1)
 	return c.S.Resolve(ctx, name)

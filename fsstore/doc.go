@@ -28,8 +28,17 @@
 // from the NFS attribute cache, up to 60 s old), and Now touches a probe
 // file and reads its mtime. A client's clock is never used.
 //
-// Sharing a root with a group: files are created with mode 0666 and
-// folders with 0777, both reduced by the process umask. For a study shared
+// Sealed records: Seal binds a name for the last time (a trial attempt
+// that ended its trial) and marks its file with the owner-execute bit, the
+// one mode bit no other record file has; Probe reads it with one lstat,
+// so a reader that only needs to know "ended" skips the open and read. It
+// is a hint on top of the format, not part of it: old records and stores
+// without it read as before, and on a filesystem that shows every file as
+// executable (FAT, CIFS, WSL's drvfs) Probe notices once and never
+// reports Sealed.
+//
+// Sharing a root with a group: files are created with mode 0666 (a sealed
+// record 0766) and folders with 0777, all reduced by the process umask. For a study shared
 // by a Unix group, create the root with the group's ownership and the
 // setgid bit (chgrp lab /scratch/soma && chmod 2775 /scratch/soma) and run
 // soma with umask 002; every file and folder below then belongs to the

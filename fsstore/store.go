@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -52,6 +53,9 @@ type Store struct {
 	parallel int
 	prefix   string // temp file prefix: host.pid.
 	seq      atomic.Uint64
+
+	hintsOnce sync.Once // sealHints
+	hints     bool
 
 	// Fault-injection seams for this package's tests.
 	link       func(oldname, newname string) error
@@ -195,47 +199,53 @@ type tempFile struct {
 // writeTemp writes r to a new unique file in tmp/, fsyncs and closes it,
 // checking the errors of both. If h is non-nil every byte also goes to it.
 func (s *Store) writeTemp(r io.Reader, h io.Writer) (tempFile, error) {
+	return s.writeTempMode(r, h, 0o666)
+}
+
+// writeTempMode is writeTemp with the file made with mode (less umask).
+func (s *Store) writeTempMode(r io.Reader, h io.Writer, mode uint32) (tempFile, error) {
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	path := filepath.Join(s.tmp, s.prefix+strconv.FormatUint(s.seq.Add(1), 10)+"-"+hex.EncodeToString(rnd[:]))
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	const flags = unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL
+	fd, err := openRaw(path, flags, mode)
 	if errors.Is(err, fs.ErrNotExist) {
 		// tmp/ removed by hand: make it again rather than fail every write.
 		if mkErr := os.MkdirAll(s.tmp, 0o777); mkErr == nil {
-			f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+			fd, err = openRaw(path, flags, mode)
 		}
 	}
 	if err != nil {
-		return tempFile{}, fmt.Errorf("fsstore: temp file: %w", err)
+		return tempFile{}, fmt.Errorf("fsstore: temp file %s: %w", path, err)
 	}
 	ok := false
 	defer func() {
 		if !ok {
-			f.Close()
+			unix.Close(fd)
 			os.Remove(path)
 		}
 	}()
-	w := io.Writer(f)
+	w := io.Writer(fdWriter(fd))
 	if h != nil {
-		w = io.MultiWriter(f, h)
+		w = io.MultiWriter(w, h)
 	}
 	if _, err := io.Copy(w, r); err != nil {
 		return tempFile{}, fmt.Errorf("fsstore: write %s: %w", path, err)
 	}
-	if err := f.Sync(); err != nil {
+	if err := fsyncRaw(fd); err != nil {
 		return tempFile{}, fmt.Errorf("fsstore: fsync %s: %w", path, err)
 	}
 	// fstat after fsync: the server's post-write attributes.
-	st, err := f.Stat()
-	if err != nil {
+	var st unix.Stat_t
+	if err := fstatRaw(fd, &st); err != nil {
 		return tempFile{}, fmt.Errorf("fsstore: stat %s: %w", path, err)
 	}
 	ok = true
-	if err := f.Close(); err != nil {
+	if err := unix.Close(fd); err != nil {
 		os.Remove(path)
 		return tempFile{}, fmt.Errorf("fsstore: close %s: %w", path, err)
 	}
-	return tempFile{path: path, mtime: st.ModTime()}, nil
+	return tempFile{path: path, mtime: mtime(&st)}, nil
 }
 
 func (s *Store) namePath(name string) string {
@@ -333,10 +343,23 @@ func nameConflict(err error) error {
 // atomically: a reader sees the old record or the new one, never a mix.
 // It returns the record as written, with the server's time.
 func (s *Store) Bind(ctx context.Context, name string, d Digest, meta Meta) (Bound, error) {
+	return s.bind(ctx, name, d, meta, 0o666)
+}
+
+// Seal is Bind for a name's last binding: the caller will never bind the
+// name again (a trial attempt that ended its trial). Probe then reports
+// it Sealed, so a reader that only needs to know that much skips reading
+// it. The record is the same; only its file's mode differs (see Probe).
+// Bind may still replace it, and the replacement is not sealed.
+func (s *Store) Seal(ctx context.Context, name string, d Digest, meta Meta) (Bound, error) {
+	return s.bind(ctx, name, d, meta, 0o666|sealBit)
+}
+
+func (s *Store) bind(ctx context.Context, name string, d Digest, meta Meta, mode uint32) (Bound, error) {
 	if err := s.checkWrite(ctx, name, d); err != nil {
 		return Bound{}, fmt.Errorf("bind %s: %w", name, err)
 	}
-	tmp, err := s.writeTemp(bytes.NewReader(encodeRecord(d, meta)), nil)
+	tmp, err := s.writeTempMode(bytes.NewReader(encodeRecord(d, meta)), nil, mode)
 	if err != nil {
 		return Bound{}, fmt.Errorf("bind %s: %w", name, err)
 	}
@@ -389,6 +412,68 @@ func (s *Store) Resolve(ctx context.Context, name string) (Bound, error) {
 	return s.readRecord(name, s.namePath(name))
 }
 
+// Presence is what Probe learns of a name from one stat.
+type Presence int
+
+const (
+	Missing Presence = iota // not bound
+	Present                 // bound (maybe sealed: the hint is off or lost)
+	Sealed                  // bound by Seal: its last binding
+)
+
+// sealBit marks a sealed record's file: the owner-execute bit, which no
+// other record file has (they are made with mode 0666 less umask). A
+// filesystem that shows every file as executable (FAT, CIFS and WSL's
+// drvfs mounts of Windows drives, say) cannot tell them apart: Probe
+// finds that out once (sealHints) and then never reports Sealed. A umask
+// that clears the owner-execute bit only loses the hint.
+const sealBit = 0o100
+
+// Probe reports with one stat whether name is bound, and whether by
+// Seal. Like Exists it is a look, never a decision: on NFS a name bound
+// on another machine moments ago may still look unbound. A Sealed name
+// stays bound as sealed until somebody Binds it again.
+func (s *Store) Probe(ctx context.Context, name string) (Presence, error) {
+	if err := ctx.Err(); err != nil {
+		return Missing, err
+	}
+	if err := ValidateName(name); err != nil {
+		return Missing, fmt.Errorf("probe: %w", err)
+	}
+	var st unix.Stat_t
+	err := unix.Lstat(s.namePath(name), &st)
+	switch {
+	case err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR:
+		return Missing, nil
+	case err == nil:
+		if st.Mode&sealBit != 0 && s.sealHints() {
+			return Sealed, nil
+		}
+		return Present, nil
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.ENOTDIR):
+		return Missing, nil
+	}
+	return Missing, fmt.Errorf("probe %s: %w", name, err)
+}
+
+// sealHints reports whether this store's filesystem keeps the modes
+// soma makes files with, so that sealBit means Seal: it makes a file
+// without execute bits in tmp/ once and looks at it. On error, no hints.
+func (s *Store) sealHints() bool {
+	s.hintsOnce.Do(func() {
+		tmp, err := s.writeTempMode(bytes.NewReader(nil), nil, 0o666)
+		if err != nil {
+			return
+		}
+		defer os.Remove(tmp.path)
+		var st unix.Stat_t
+		if err := unix.Lstat(tmp.path, &st); err == nil && st.Mode&0o111 == 0 {
+			s.hints = true
+		}
+	})
+	return s.hints
+}
+
 // Exists reports whether name is bound, with one stat and no read: a
 // cheap look before an expensive step (a claim), never a decision. On NFS
 // a name bound on another machine moments ago may still look unbound
@@ -413,44 +498,35 @@ func (s *Store) Exists(ctx context.Context, name string) (bool, error) {
 // readRecord opens, fstats and parses one record. open+fstat rather than
 // stat: on NFS open revalidates attributes (close-to-open), stat may not.
 func (s *Store) readRecord(name, path string) (Bound, error) {
-	f, err := os.Open(path)
+	fd, err := openRaw(path, unix.O_RDONLY, 0)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.ENOTDIR) {
 			return Bound{}, fmt.Errorf("resolve %s: %w", name, ErrNotFound)
 		}
-		return Bound{}, fmt.Errorf("resolve %s: %w", name, err)
+		return Bound{}, fmt.Errorf("resolve %s: open %s: %w", name, path, err)
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return Bound{}, fmt.Errorf("resolve %s: %w", name, err)
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := fstatRaw(fd, &st); err != nil {
+		return Bound{}, fmt.Errorf("resolve %s: stat %s: %w", name, path, err)
 	}
-	if st.IsDir() {
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		return Bound{}, fmt.Errorf("resolve %s: %w (it is a prefix of other names)", name, ErrNotFound)
 	}
 	var buf [1024]byte
 	b := buf[:0]
-	if st.Size() > int64(len(buf)) {
-		b = make([]byte, 0, st.Size()+1)
+	if st.Size >= int64(len(buf)) {
+		b = make([]byte, 0, st.Size+1)
 	}
-	for {
-		n, err := f.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return Bound{}, fmt.Errorf("resolve %s: %w", name, err)
-		}
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
+	b, err = readAllRaw(fd, b)
+	if err != nil {
+		return Bound{}, fmt.Errorf("resolve %s: read %s: %w", name, path, err)
 	}
 	d, meta, err := decodeRecord(b)
 	if err != nil {
 		return Bound{}, &CorruptError{Name: name, Path: path, Err: err}
 	}
-	return Bound{Name: name, Digest: d, Meta: meta, Time: st.ModTime()}, nil
+	return Bound{Name: name, Digest: d, Meta: meta, Time: mtime(&st)}, nil
 }
 
 // Unbind removes name's binding. It returns ErrNotFound if name is not
@@ -529,12 +605,12 @@ func fstatTime(p string) (time.Time, error) {
 
 // syncDir fsyncs a directory so a link, rename or unlink in it is durable.
 func syncDir(dir string) error {
-	f, err := os.Open(dir)
+	fd, err := openRaw(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return fmt.Errorf("fsstore: sync dir %s: %w", dir, err)
 	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
+	err = fsyncRaw(fd)
+	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
 	// Some filesystems refuse fsync on directories; the write is still

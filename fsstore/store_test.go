@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"golang.org/x/sys/unix"
 	"io"
 	"os"
 	"path/filepath"
@@ -500,4 +501,61 @@ func TestExists(t *testing.T) {
 	if _, err := s.Exists(ctx, "../x"); err == nil {
 		t.Error("Exists(../x) = nil error, want the invalid name refused")
 	}
+}
+
+// Seal binds like Bind, and Probe tells a sealed name from a bound one
+// with one stat, until somebody binds it again.
+func TestSealAndProbe(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	d, err := s.Put(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := func(name string, want Presence) {
+		t.Helper()
+		if got, err := s.Probe(ctx, name); got != want || err != nil {
+			t.Errorf("Probe(%s) = %v, %v; want %v", name, got, err, want)
+		}
+	}
+	probe("t/0/0", Missing)
+	if won, err := s.Claim(ctx, "t/0/0", d, Meta{{"state", "running"}}); !won || err != nil {
+		t.Fatalf("Claim = %v, %v", won, err)
+	}
+	probe("t/0/0", Present)
+	probe("t/0", Missing) // a prefix of other names
+	if _, err := s.Bind(ctx, "t/0/0", d, Meta{{"state", "running"}, {"beat", "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	probe("t/0/0", Present)
+	if _, err := s.Seal(ctx, "t/0/0", d, Meta{{"state", "done"}}); err != nil {
+		t.Fatal(err)
+	}
+	probe("t/0/0", Sealed)
+	if b, err := s.Resolve(ctx, "t/0/0"); err != nil || b.Meta.Value("state") != "done" {
+		t.Errorf("Resolve of a sealed name = %v, %v; want its record", b.Meta, err)
+	}
+	// A later Bind (an admin's rewrite) is not sealed.
+	if _, err := s.Bind(ctx, "t/0/0", d, Meta{{"state", "interrupted"}}); err != nil {
+		t.Fatal(err)
+	}
+	probe("t/0/0", Present)
+	// Seal of a new name in a new folder, as Bind.
+	if _, err := s.Seal(ctx, "u/1/0", d, nil); err != nil {
+		t.Fatal(err)
+	}
+	probe("u/1/0", Sealed)
+	if _, err := s.Probe(ctx, "../x"); err == nil {
+		t.Error("Probe(../x) = nil error, want the invalid name refused")
+	}
+	// Whatever the umask, a record that is not sealed has no execute bit:
+	// that is what makes the hint safe.
+	old := unix.Umask(0)
+	_, err = s.Bind(ctx, "t/0/0", d, nil)
+	unix.Umask(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe("t/0/0", Present)
 }

@@ -135,7 +135,14 @@ func (r *Run) write(ctx context.Context, f fields, curve []Step, reason string) 
 			return fsstore.Bound{}, fmt.Errorf("study %s: trial %d: %w", r.s.name, r.number, err)
 		}
 	}
-	b, err := r.s.store.Bind(ctx, r.Name(), blob, f.meta())
+	bind := r.s.store.Bind
+	if (&Record{State: f.state, Failures: f.fails}).Final(r.s.spec.MaxRetries) {
+		// The record that ends the trial is never rewritten: sealed, so
+		// that other processes' looks count it ended with one stat
+		// (readLatest) instead of reading it.
+		bind = r.s.store.Seal
+	}
+	b, err := bind(ctx, r.Name(), blob, f.meta())
 	if err != nil {
 		return b, fmt.Errorf("study %s: trial %d: %w", r.s.name, r.number, err)
 	}

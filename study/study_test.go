@@ -3,6 +3,7 @@ package study
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -217,6 +218,51 @@ func writeRaw(t *testing.T, st *fsstore.Store, name, content string) {
 	}
 }
 
+// replaceRaw replaces name's record file by a new file holding content.
+func replaceRaw(t *testing.T, st *fsstore.Store, name, content string) {
+	t.Helper()
+	p := filepath.Join(st.Root(), "names", filepath.FromSlash(name))
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	writeRaw(t, st, name, content)
+}
+
+// A record that ended its trial is sealed: Next (random sampler) counts
+// the trial ended from one stat, without reading it. So a sealed record
+// damaged in place later (bit rot, a hand edit that keeps the file) is
+// still ended for Next, which does not run the trial again; the views,
+// which read every record, report it corrupt.
+func TestSealedRecordDamagedInPlace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := recStore(t)
+	s := recOpen(t, st, "s", recSpec(t, recContinuous, "minimize", "random", "none", 3), 0)
+	for range 3 {
+		run, err := s.Next(ctx, recWho)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := run.Finish(ctx, StateDone, float64(run.Number()), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeRaw(t, st, "study/s/trial/1/0", "soma-record 1\ndigest garbage\n")
+	c := fsstore.NewCounter(st)
+	r := recOpen(t, c, "s", nil, 0)
+	c.Reset()
+	if _, err := r.Next(ctx, recWho); !errors.Is(err, ErrBudgetReached) {
+		t.Errorf("Next = %v, want ErrBudgetReached", err)
+	}
+	if got := c.Resolves.Load(); got != 0 {
+		t.Errorf("Next read %d records, want none (every trial ended, sealed)", got)
+	}
+	snap, err := r.Trials(ctx)
+	if err != nil || len(snap.Trials) != 2 || len(snap.Corrupt) != 1 {
+		t.Fatalf("Trials: %d records, %d corrupt, %v; want 2 and 1", len(snap.Trials), len(snap.Corrupt), err)
+	}
+}
+
 func TestForeignNamesAreNotTrials(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -282,8 +328,10 @@ func TestCorruptRecordCountedAndRetried(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A fresh reader (the damaged trial is not cached as ended).
-	writeRaw(t, st, "study/s/trial/1/0", "soma-record 1\ndigest garbage\n")
+	// A fresh reader (the damaged trial is not cached as ended). The
+	// damage is a new file (a torn copy, an editor's save): one damaged in
+	// place keeps its sealed mode (TestSealedRecordDamagedInPlace).
+	replaceRaw(t, st, "study/s/trial/1/0", "soma-record 1\ndigest garbage\n")
 	r := recOpen(t, st, "s", nil, 0)
 	snap, err := r.Trials(ctx)
 	if err != nil {

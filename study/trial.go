@@ -209,8 +209,7 @@ func (s *Study) readable(snap *Snapshot, n int) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.final[n]
-	return ok
+	return s.ended(n)
 }
 
 // IndexSampler reports whether the study's sampler proposes from the
@@ -278,7 +277,7 @@ func (s *Study) Take(ctx context.Context, n int, who Who) (*Run, error) {
 	var te *TakenError
 	if errors.As(err, &te) {
 		// Taken since the snapshot: say by whom and how it stands.
-		if rd := s.readLatest(ctx, n, false); rd.found {
+		if rd := s.readLatest(ctx, n, false, false); rd.found {
 			te.Attempt, te.State, te.Who = rd.attempt, rd.rec.State, rd.rec.Who
 		}
 	}

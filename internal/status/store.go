@@ -170,6 +170,11 @@ func (s *Store) Bind(ctx context.Context, name string, d fsstore.Digest, meta fs
 	return s.fs.Bind(ctx, name, d, meta)
 }
 
+// Seal binds a name for the last time (never used by the views).
+func (s *Store) Seal(ctx context.Context, name string, d fsstore.Digest, meta fsstore.Meta) (fsstore.Bound, error) {
+	return s.fs.Seal(ctx, name, d, meta)
+}
+
 // Unbind removes a name (packing retires merged packs with it).
 func (s *Store) Unbind(ctx context.Context, name string) error { return s.fs.Unbind(ctx, name) }
 
@@ -183,6 +188,12 @@ func (s *Store) Resolve(ctx context.Context, name string) (fsstore.Bound, error)
 func (s *Store) Exists(ctx context.Context, name string) (bool, error) {
 	s.records.Add(1)
 	return s.fs.Exists(ctx, name)
+}
+
+// Probe is Exists that also says whether the name is sealed.
+func (s *Store) Probe(ctx context.Context, name string) (fsstore.Presence, error) {
+	s.records.Add(1)
+	return s.fs.Probe(ctx, name)
 }
 
 // Children lists the segments below prefix.

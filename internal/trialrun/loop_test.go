@@ -23,10 +23,25 @@ type failingStore struct {
 }
 
 func (f *failingStore) Bind(ctx context.Context, name string, d fsstore.Digest, meta fsstore.Meta) (fsstore.Bound, error) {
-	if name == f.name && meta.Value("state") != "running" && f.failed.CompareAndSwap(false, true) {
-		return fsstore.Bound{}, errors.New("injected: no space left on device")
+	if err := f.fail(name, meta); err != nil {
+		return fsstore.Bound{}, err
 	}
 	return f.Store.Bind(ctx, name, d, meta)
+}
+
+// Seal writes a record that ends its trial (done): the one that fails.
+func (f *failingStore) Seal(ctx context.Context, name string, d fsstore.Digest, meta fsstore.Meta) (fsstore.Bound, error) {
+	if err := f.fail(name, meta); err != nil {
+		return fsstore.Bound{}, err
+	}
+	return f.Store.Seal(ctx, name, d, meta)
+}
+
+func (f *failingStore) fail(name string, meta fsstore.Meta) error {
+	if name == f.name && meta.Value("state") != "running" && f.failed.CompareAndSwap(false, true) {
+		return errors.New("injected: no space left on device")
+	}
+	return nil
 }
 
 // A record that fails stops the loop with its error; the trial that ran
