@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
@@ -151,11 +152,26 @@ func (e *RecordError) Unwrap() error { return e.Err }
 // names of one study in the store.
 type names struct{ study string }
 
-func (n names) base() string                  { return "study/" + n.study }
-func (n names) spec() string                  { return n.base() + "/spec" }
-func (n names) trials() string                { return n.base() + "/trial" }
-func (n names) trial(t int) string            { return n.trials() + "/" + strconv.Itoa(t) }
-func (n names) attempt(t, a int) string       { return n.trial(t) + "/" + strconv.Itoa(a) }
+func (n names) base() string       { return "study/" + n.study }
+func (n names) spec() string       { return n.base() + "/spec" }
+func (n names) trials() string     { return n.base() + "/trial" }
+func (n names) trial(t int) string { return n.trials() + "/" + strconv.Itoa(t) }
+
+// attempt is built in one buffer: Next names a few attempts per trial it
+// hands out, and more at the end of a budget (readLatest's probes), where
+// the concatenations above allocated four strings each time.
+func (n names) attempt(t, a int) string {
+	var b strings.Builder
+	b.Grow(len("study/") + len(n.study) + len("/trial/") + 24)
+	b.WriteString("study/")
+	b.WriteString(n.study)
+	b.WriteString("/trial/")
+	var num [20]byte
+	b.Write(strconv.AppendInt(num[:0], int64(t), 10))
+	b.WriteByte('/')
+	b.Write(strconv.AppendInt(num[:0], int64(a), 10))
+	return b.String()
+}
 func (n names) points() string                { return n.base() + "/point" }
 func (n names) point(d fsstore.Digest) string { return n.points() + "/" + d.Hex() }
 func (n names) packs() string                 { return n.base() + "/pack" }

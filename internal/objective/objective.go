@@ -139,6 +139,10 @@ func Substitute(argv []string, params []Param, vars map[string]string) ([]string
 	}
 	out := make([]string, len(argv))
 	for i, a := range argv {
+		if !strings.Contains(a, "{") {
+			out[i] = a // most arguments: no regexp run
+			continue
+		}
 		var bad string
 		out[i] = placeholder.ReplaceAllStringFunc(a, func(m string) string {
 			name := m[1 : len(m)-1]

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os/exec"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -22,6 +23,12 @@ const (
 	exitLook  = 250 * time.Millisecond
 	exitDrain = 2 * time.Second
 )
+
+// chunks are watch's read buffers, kept between trials: a fresh 16 KiB
+// per trial was zeroed and page-faulted in for a few bytes of reports.
+const chunkSize = 16 << 10
+
+var chunks = sync.Pool{New: func() any { return new([chunkSize]byte) }}
 
 // pipe makes a pipe whose ends close on exec (the objective gets its
 // ends through ExtraFiles, dup'ed to fd 3 and fd 4 in the child).
@@ -47,8 +54,9 @@ func watch(cmd *exec.Cmd, fd int, line func(string)) error {
 		partial  []byte
 		skipping bool // inside a line longer than maxLine
 		exitedAt time.Time
-		chunk    = make([]byte, 16<<10)
+		chunk    = chunks.Get().(*[chunkSize]byte)[:]
 	)
+	defer chunks.Put((*[chunkSize]byte)(chunk))
 	feed := func(b []byte) {
 		for len(b) > 0 {
 			i := bytes.IndexByte(b, '\n')

@@ -122,3 +122,45 @@ func TestLocalWorkers(t *testing.T) {
 		t.Errorf("registryDir: %q, %q", a, b)
 	}
 }
+
+// emptyDir decides whether a work folder may be given to another trial:
+// only a folder with nothing at all in it.
+func TestEmptyDir(t *testing.T) {
+	base := t.TempDir()
+	mk := func(name string, files ...string) string {
+		d := filepath.Join(base, name)
+		if err := os.MkdirAll(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if err := os.WriteFile(filepath.Join(d, f), nil, 0o666); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	many := make([]string, 300) // more entries than one read of the folder returns
+	for i := range many {
+		many[i] = fmt.Sprintf("checkpoint-%03d.pt", i)
+	}
+	sub := mk("sub")
+	mk("sub/inner")
+	cases := []struct {
+		dir  string
+		want bool
+	}{
+		{mk("empty"), true},
+		{mk("file", "ckpt"), false},
+		{mk("hidden", ".lock"), false},
+		{mk("dots", "..."), false},
+		{sub, false},
+		{mk("many", many...), false},
+		{filepath.Join(base, "missing"), false},
+		{filepath.Join(base, "file", "ckpt"), false}, // not a folder
+	}
+	for _, c := range cases {
+		if got := emptyDir(c.dir); got != c.want {
+			t.Errorf("emptyDir(%s) = %v, want %v", c.dir, got, c.want)
+		}
+	}
+}
