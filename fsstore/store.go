@@ -369,13 +369,15 @@ func (s *Store) bind(ctx context.Context, name string, d Digest, meta Meta, mode
 		}
 	}
 	dst := s.namePath(name)
-	err = os.Rename(tmp.path, dst)
+	// rename(2) itself: os.Rename stats the target first (to refuse a
+	// folder, which rename refuses too: EISDIR, see nameConflict).
+	err = renameRaw(tmp.path, dst)
 	if errors.Is(err, fs.ErrNotExist) {
 		if mkErr := os.MkdirAll(filepath.Dir(dst), 0o777); mkErr != nil {
 			os.Remove(tmp.path)
 			return Bound{}, fmt.Errorf("bind %s: %w", name, nameConflict(mkErr))
 		}
-		err = os.Rename(tmp.path, dst)
+		err = renameRaw(tmp.path, dst)
 	}
 	if err != nil {
 		os.Remove(tmp.path)

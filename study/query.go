@@ -258,8 +258,30 @@ func (s *Study) readLatest(ctx context.Context, n int, probe, hints bool) trialR
 		s.mu.Lock()
 		a := s.highest[n]
 		s.mu.Unlock()
-		last := fsstore.Missing // attempt a's presence, once probed
-		probed := false
+		last := fsstore.Missing // the presence of attempt a, once probed
+		if hints {
+			// The highest attempt known first: sealed, the trial has
+			// ended, and one stat said so. (A later attempt can exist
+			// only if it was claimed while this one looked stale, and
+			// this one's late runner sealed it after: this look then
+			// counts the trial ended while the retry runs; the retry
+			// still records, and other looks see it.) Missing: no later
+			// attempt either (attempts are claimed in order).
+			p, err := s.store.Probe(ctx, s.names.attempt(n, a))
+			if err != nil {
+				res.fatal = err
+				return res
+			}
+			res.attempt = a
+			switch p {
+			case fsstore.Sealed:
+				res.sealed = true
+				return res
+			case fsstore.Missing:
+				return res
+			}
+			last = p
+		}
 		for {
 			p, err := s.store.Probe(ctx, s.names.attempt(n, a+1))
 			if err != nil {
@@ -270,17 +292,9 @@ func (s *Study) readLatest(ctx context.Context, n int, probe, hints bool) trialR
 				break
 			}
 			a++
-			last, probed = p, true
-		}
-		res.attempt = a
-		if hints && !probed {
-			p, err := s.store.Probe(ctx, s.names.attempt(n, a))
-			if err != nil {
-				res.fatal = err
-				return res
-			}
 			last = p
 		}
+		res.attempt = a
 		if hints && last == fsstore.Sealed {
 			res.sealed = true
 			return res

@@ -126,7 +126,15 @@ func (r *Run) isSuperseded(ctx context.Context) (next Record, found bool, err er
 // or reason set, a new curve blob. The caller holds r.mu.
 func (r *Run) write(ctx context.Context, f fields, curve []Step, reason string) (fsstore.Bound, error) {
 	blob := r.blob
-	if curve != nil || reason != "" {
+	switch {
+	case len(curve) == 0 && reason == "" && curve != nil:
+		// The empty curve's blob, stored once per Study (a Put stats the
+		// blob and hashes it again on every trial that reports nothing).
+		var err error
+		if blob, err = r.s.blobForEmpty(ctx); err != nil {
+			return fsstore.Bound{}, err
+		}
+	case curve != nil || reason != "":
 		b, err := encodeCurve(curve, reason)
 		if err != nil {
 			return fsstore.Bound{}, fmt.Errorf("study %s: trial %d: %w", r.s.name, r.number, err)
