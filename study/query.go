@@ -41,11 +41,11 @@ type Snapshot struct {
 	// trial records (stray files, editor droppings); they are ignored.
 	Foreign int
 
-	present []int        // trial numbers listed in the store, sorted (shared: read only)
-	extra   map[int]bool // numbers learned since that listing (claims, lost races)
-	broken  map[int]int  // trial -> attempt whose record is unreadable
-	open    []Record     // the trials that have not ended, by number
-	ended   int          // trials below Limit that have ended
+	present []int       // trial numbers listed in the store, sorted (shared: read only)
+	learned *Study      // whose learned numbers (claims, lost races) count as present too
+	broken  map[int]int // trial -> attempt whose record is unreadable
+	open    []Record    // the trials that have not ended, by number
+	ended   int         // trials below Limit that have ended
 }
 
 // History returns the sampler's and pruner's view of s (types.go).
@@ -103,9 +103,22 @@ func (s *Snapshot) Counts() map[State]int {
 
 // has reports whether trial n exists in the store (it may have no
 // readable record yet).
+//
+// The numbers the Study learned after this look count too (a number is
+// never given back, so that only makes the answer fresher): it asks the
+// Study rather than copy its learned numbers into every snapshot (a map
+// of up to foldLearned numbers, cloned on every Next, was a fifth of
+// soma-trial's allocations).
 func (s *Snapshot) has(n int) bool {
-	_, ok := slices.BinarySearch(s.present, n)
-	return ok || s.extra[n]
+	if _, ok := slices.BinarySearch(s.present, n); ok {
+		return true
+	}
+	if st := s.learned; st != nil {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.learned[n]
+	}
+	return false
 }
 
 // Trial returns trial n's latest attempt, if the snapshot holds it.
@@ -414,7 +427,7 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 			clear(s.learned)
 		}
 		snap.present, snap.Foreign = s.listed, s.listForeign
-		snap.extra = maps.Clone(s.learned)
+		snap.learned = s
 		for _, r := range s.lastOpen {
 			if !s.ended(r.Number) && s.highest[r.Number] <= r.Attempt {
 				snap.open = append(snap.open, r)
@@ -462,7 +475,7 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 		_, ok := slices.BinarySearch(present, n)
 		return ok
 	})
-	snap.extra = maps.Clone(s.learned)
+	snap.learned = s
 	s.mu.Unlock()
 	// A look that needs every trial's record reads those known ended
 	// only by their sealed record; one that does not skips them.
@@ -481,7 +494,7 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 			todo = append(todo, n)
 		}
 	}
-	for n := range snap.extra {
+	for n := range s.learned {
 		if !known(n) {
 			todo = append(todo, n)
 		}
