@@ -5,7 +5,6 @@
 package trialrun
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -630,20 +629,9 @@ func emptyDir(dir string) bool {
 		if n == 0 {
 			return true
 		}
-		for b := buf[:n]; len(b) > 0; {
-			// struct linux_dirent64: ino 8, off 8, reclen 2, type 1, name.
-			reclen := int(b[16]) | int(b[17])<<8
-			if reclen < 20 || reclen > len(b) {
-				return false
-			}
-			name := b[19:reclen]
-			if i := bytes.IndexByte(name, 0); i >= 0 {
-				name = name[:i]
-			}
-			if s := string(name); s != "." && s != ".." {
-				return false
-			}
-			b = b[reclen:]
+		// ParseDirent skips "." and "..": any name is an entry.
+		if _, count, _ := unix.ParseDirent(buf[:n], 1, nil); count > 0 {
+			return false
 		}
 	}
 }
