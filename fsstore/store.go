@@ -481,20 +481,8 @@ func (s *Store) sealHints() bool {
 // a name bound on another machine moments ago may still look unbound
 // (cached lookups); the claim that follows decides.
 func (s *Store) Exists(ctx context.Context, name string) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	if err := ValidateName(name); err != nil {
-		return false, fmt.Errorf("exists: %w", err)
-	}
-	st, err := os.Lstat(s.namePath(name))
-	switch {
-	case err == nil:
-		return !st.IsDir(), nil
-	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.ENOTDIR):
-		return false, nil
-	}
-	return false, fmt.Errorf("exists %s: %w", name, err)
+	p, err := s.Probe(ctx, name)
+	return p != Missing, err
 }
 
 // readRecord opens, fstats and parses one record. open+fstat rather than

@@ -472,14 +472,21 @@ func TestCrashBeforePublishAndGC(t *testing.T) {
 	}
 }
 
-func TestExists(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
+// newStoreWithBlob is a new store holding one blob, for tests of names.
+func newStoreWithBlob(t *testing.T) (*Store, Digest) {
+	t.Helper()
 	s := newStore(t)
-	d, err := s.Put(ctx, []byte("x"))
+	d, err := s.Put(context.Background(), []byte("x"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, d
+}
+
+func TestExists(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, d := newStoreWithBlob(t)
 	for _, name := range []string{"a/b/c", "a/b"} {
 		if ok, err := s.Exists(ctx, name); ok || err != nil {
 			t.Errorf("Exists(%q) on an empty store = %v, %v; want false, nil", name, ok, err)
@@ -508,11 +515,7 @@ func TestExists(t *testing.T) {
 func TestSealAndProbe(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := newStore(t)
-	d, err := s.Put(ctx, []byte("x"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, d := newStoreWithBlob(t)
 	probe := func(name string, want Presence) {
 		t.Helper()
 		if got, err := s.Probe(ctx, name); got != want || err != nil {
@@ -552,7 +555,7 @@ func TestSealAndProbe(t *testing.T) {
 	// Whatever the umask, a record that is not sealed has no execute bit:
 	// that is what makes the hint safe.
 	old := unix.Umask(0)
-	_, err = s.Bind(ctx, "t/0/0", d, nil)
+	_, err := s.Bind(ctx, "t/0/0", d, nil)
 	unix.Umask(old)
 	if err != nil {
 		t.Fatal(err)

@@ -169,17 +169,7 @@ func TestTwoStudiesOneRoot(t *testing.T) {
 	a := recOpen(t, st, "a", recSpec(t, recContinuous, "minimize", "random", "none", 2), 0)
 	b := recOpen(t, st, "b", recSpec(t, []string{"z=int:0:100"}, "maximize", "random", "none", 3), 0)
 	for _, s := range []*Study{a, b} {
-		for {
-			run, err := s.Next(ctx, recWho)
-			if errors.Is(err, ErrBudgetReached) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := run.Finish(ctx, StateDone, float64(run.Number()), ""); err != nil {
-				t.Fatal(err)
-			}
+		for runOneDone(t, s) {
 		}
 	}
 	for _, tc := range []struct {
@@ -207,6 +197,38 @@ func TestTwoStudiesOneRoot(t *testing.T) {
 
 // writeRaw puts a file straight into the store's names folder, as a stray
 // tool or a damaged disk would.
+// runOneDone claims s's next trial and finishes it done, its number as
+// the score; false once the budget is reached.
+func runOneDone(t testing.TB, s *Study) bool {
+	t.Helper()
+	ctx := context.Background()
+	run, err := s.Next(ctx, recWho)
+	if errors.Is(err, ErrBudgetReached) {
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Finish(ctx, StateDone, float64(run.Number()), ""); err != nil {
+		t.Fatal(err)
+	}
+	return true
+}
+
+// doneStudy is a store holding study "s" (random sampler) with all n
+// trials of its budget done.
+func doneStudy(t *testing.T, n int) *fsstore.Store {
+	t.Helper()
+	st := recStore(t)
+	s := recOpen(t, st, "s", recSpec(t, recContinuous, "minimize", "random", "none", n), 0)
+	for range n {
+		if !runOneDone(t, s) {
+			t.Fatal("budget reached early")
+		}
+	}
+	return st
+}
+
 func writeRaw(t *testing.T, st *fsstore.Store, name, content string) {
 	t.Helper()
 	p := filepath.Join(st.Root(), "names", filepath.FromSlash(name))
@@ -236,17 +258,7 @@ func replaceRaw(t *testing.T, st *fsstore.Store, name, content string) {
 func TestSealedRecordDamagedInPlace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st := recStore(t)
-	s := recOpen(t, st, "s", recSpec(t, recContinuous, "minimize", "random", "none", 3), 0)
-	for range 3 {
-		run, err := s.Next(ctx, recWho)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := run.Finish(ctx, StateDone, float64(run.Number()), ""); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st := doneStudy(t, 3)
 	writeRaw(t, st, "study/s/trial/1/0", "soma-record 1\ndigest garbage\n")
 	c := fsstore.NewCounter(st)
 	r := recOpen(t, c, "s", nil, 0)
@@ -317,17 +329,7 @@ func TestForeignNamesAreNotTrials(t *testing.T) {
 func TestCorruptRecordCountedAndRetried(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st := recStore(t)
-	s := recOpen(t, st, "s", recSpec(t, recContinuous, "minimize", "random", "none", 3), 0)
-	for range 3 {
-		run, err := s.Next(ctx, recWho)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := run.Finish(ctx, StateDone, float64(run.Number()), ""); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st := doneStudy(t, 3)
 	// A fresh reader (the damaged trial is not cached as ended). The
 	// damage is a new file (a torn copy, an editor's save): one damaged in
 	// place keeps its sealed mode (TestSealedRecordDamagedInPlace).
