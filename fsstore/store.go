@@ -463,13 +463,19 @@ func (s *Store) Probe(ctx context.Context, name string) (Presence, error) {
 // without execute bits in tmp/ once and looks at it. On error, no hints.
 func (s *Store) sealHints() bool {
 	s.hintsOnce.Do(func() {
-		tmp, err := s.writeTempMode(bytes.NewReader(nil), nil, 0o666)
+		// An empty file, not written nor fsynced: only its mode counts.
+		var rnd [6]byte
+		_, _ = rand.Read(rnd[:])
+		p := filepath.Join(s.tmp, s.prefix+"mode-"+hex.EncodeToString(rnd[:]))
+		fd, err := openRaw(p, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o666)
 		if err != nil {
 			return
 		}
-		defer os.Remove(tmp.path)
+		defer os.Remove(p)
 		var st unix.Stat_t
-		if err := unix.Lstat(tmp.path, &st); err == nil && st.Mode&0o111 == 0 {
+		err = fstatRaw(fd, &st)
+		unix.Close(fd)
+		if err == nil && st.Mode&0o111 == 0 {
 			s.hints = true
 		}
 	})
