@@ -13,7 +13,9 @@
 //     set too; {study}, {trial}, {attempt} and {trial_dir} substitute.
 //   - On fd $SOMA_REPORT_FD (3) it may write lines "report <step> <value>"
 //     and "final <score>"; after each report, one line "continue" or
-//     "prune" is written to fd $SOMA_CONTROL_FD (4) for it to read.
+//     "prune" is written to fd $SOMA_CONTROL_FD (4) for it to read (once
+//     pruned, every later report gets "prune"; verdicts that no longer
+//     fit in the pipe because it never reads them are dropped).
 //   - Without a "final" line, the last non-empty line of stdout must be the
 //     score: a number alone on the line (for example "0.9312").
 //   - A non-zero exit, no score, or a score that is NaN, infinite or not a
