@@ -53,6 +53,10 @@ if ! "$PYTHON" -c 'import optuna, sys; sys.exit(0 if optuna.__version__.startswi
     optuna=no
 fi
 
+# settle: write back what earlier runs left dirty, and let the journal and
+# the writeback threads go quiet.
+settle() { sync; sleep "${SETTLE:-1}"; }
+
 # bench DIR: the table for one folder.
 bench() {
 local work=$1
@@ -63,12 +67,18 @@ echo "## soma-trial throughput: N=$N trials per run, objective '${OBJ[*]}', fold
 echo
 for p in $PS; do
     # A runner that fails as a whole leaves its cells empty ("–") and says why.
+    # Each runner starts on a settled disk (settle): the writeback and the
+    # journal work of the previous run and of rm -rf otherwise land in the
+    # next one (measured: ~10% on whichever runner came next).
+    settle
     "$bf" floor -dir "$work/floor-$p" -n "$N" -p "$p" -- "${OBJ[@]}" >>"$results" ||
         echo "floor at P=$p failed (above)" >&2
+    settle
     "$bf" soma -bin "$top/bin/soma-trial" -root "$work/soma-$p" -n "$N" -p "$p" -flags "$SOMA_FLAGS" -- "${OBJ[@]}" >>"$results" ||
         echo "soma at P=$p failed (above)" >&2
     if [ "$optuna" = yes ]; then
         for mode in exec inproc; do
+            settle
             "$PYTHON" scripts/bench_trial_optuna.py --journal "$work/optuna-$mode-$p.log" --n "$N" --p "$p" --mode "$mode" -- "${OBJ[@]}" >>"$results" ||
                 echo "optuna-$mode at P=$p failed (above)" >&2
         done
