@@ -121,6 +121,15 @@ func (s *Snapshot) has(n int) bool {
 	return false
 }
 
+// hasLocked is has for a caller that holds the lock of the Study that
+// made the snapshot.
+func (s *Snapshot) hasLocked(n int) bool {
+	if _, ok := slices.BinarySearch(s.present, n); ok {
+		return true
+	}
+	return s.learned != nil && s.learned.learned[n]
+}
+
 // Trial returns trial n's latest attempt, if the snapshot holds it.
 func (s *Snapshot) Trial(n int) (Record, bool) {
 	i, ok := slices.BinarySearchFunc(s.Trials, n, func(r Record, n int) int { return r.Number - n })

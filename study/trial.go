@@ -98,17 +98,15 @@ func (s *Study) next(ctx context.Context, who Who, quick bool) (*Run, error) {
 	// lose 0.1.
 	tried := map[int]bool{}
 	var window []int
+	s.mu.Lock() // once for the scan, not once per number (hasLocked)
 	for n := low; n < s.limit && len(window) < spreadWindow; n++ {
-		if !snap.has(n) {
+		if !snap.hasLocked(n) {
 			window = append(window, n)
 		} else if len(window) == 0 {
 			low = n + 1
 		}
 	}
-	s.mu.Lock()
 	s.lowFree = max(s.lowFree, low)
-	s.mu.Unlock()
-	s.mu.Lock()
 	contended := s.contended
 	s.mu.Unlock()
 	if len(window) > 0 {
