@@ -273,7 +273,8 @@ type trialRead struct {
 // the trial: Run.write) is not read: res.sealed says the trial ended. For
 // looks that need no ended trial's record (Next with an index sampler):
 // at the end of a budget shared by 8 processes, each learns of the
-// others' ~875 trials, and two stats each cost a fifth of a read.
+// others' ~875 trials, and a stat costs a fraction of a read (open,
+// fstat, read, close, decode; on NFS, round trips).
 func (s *Study) readLatest(ctx context.Context, n int, probe, hints bool) trialRead {
 	res := trialRead{n: n, attempt: -1}
 	if probe {

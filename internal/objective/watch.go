@@ -106,7 +106,10 @@ func watch(cmd *exec.Cmd, fd int, line func(string)) error {
 			if errors.Is(err, unix.EINTR) {
 				continue
 			}
-			if err != nil { // EAGAIN: all read for now
+			if err != nil {
+				// EAGAIN: all read for now. Anything else: the pipe is
+				// unreadable; stop, rather than poll it in a loop.
+				eof = !errors.Is(err, unix.EAGAIN)
 				break
 			}
 			if k == 0 {
