@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
 	"github.com/soma-hpc/soma/study"
@@ -77,5 +79,122 @@ func TestRecordErrorStopsTheLoopCleanly(t *testing.T) {
 	}
 	if r, ok := snap.Trial(2); !ok || r.State != study.StateRunning {
 		t.Errorf("trial 2 = %+v, want running (its result was never recorded; it goes stale and is retried)", r)
+	}
+}
+
+// A worker whose trials are short claims the next trial while the current
+// one runs (prefetchBelow). The claim it holds meanwhile keeps beating:
+// if the current objective runs longer than the lease, no other process
+// may take the held trial for a stale one.
+func TestPrefetchedClaimKeepsBeating(t *testing.T) {
+	ctx := context.Background()
+	root := filepath.Join(t.TempDir(), "root")
+	store, err := fsstore.Open(root, fsstore.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := study.SpecFromFlags([]string{"x=float:0:1"}, "minimize", "random", "none", 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const grace = 2 * time.Second // heartbeats every 400 ms
+	st, err := study.Open(ctx, store, "s", spec, study.Options{Grace: grace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Trial 0 is quick (so the worker prefetches), trial 1 outlasts the
+	// lease while trial 2 is held.
+	obj := []string{"/bin/sh", "-c", `if [ "$SOMA_TRIAL" = 1 ]; then sleep 5; fi; echo 1`}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, st, root, Options{Argv: obj, Trial: -1, Who: study.Who{Host: "h", PID: os.Getpid()}}, nil)
+		done <- err
+	}()
+	time.Sleep(grace + 1500*time.Millisecond)
+	// Another process, now: trial 2 is claimed (prefetched while trial 1
+	// runs) and still beating, so there is nothing for it to take.
+	other, err := study.Open(ctx, store, "s", nil, study.Options{Grace: grace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := other.Trials(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := snap.Trial(2); !ok || r.State != study.StateRunning {
+		t.Fatalf("trial 2 while trial 1 runs = %+v (found %v), want held: claimed and running", r, ok)
+	}
+	if run, err := other.Next(ctx, study.Who{Host: "other", PID: 1}); err == nil {
+		t.Fatalf("another process took trial %d attempt %d while it was held", run.Number(), run.Attempt())
+	} else if !errors.Is(err, study.ErrNoWork) {
+		t.Fatalf("another process's Next = %v, want no work (all trials held)", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	snap, err = other.Trials(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := snap.Counts(); c[study.StateDone] != 3 {
+		t.Fatalf("counts %v, want 3 done", c)
+	}
+	for _, r := range snap.Trials {
+		if r.Attempt != 0 {
+			t.Errorf("trial %d ended as attempt %d, want 0 (nothing retried)", r.Number, r.Attempt)
+		}
+	}
+}
+
+// A signal while a prefetched claim is held: the running trial and the
+// held one are both recorded interrupted (to be retried), none is left
+// running.
+func TestSignalGivesBackThePrefetchedClaim(t *testing.T) {
+	ctx := context.Background()
+	root := filepath.Join(t.TempDir(), "root")
+	store, err := fsstore.Open(root, fsstore.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := study.SpecFromFlags([]string{"x=float:0:1"}, "minimize", "random", "none", 5, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := study.Open(ctx, store, "s", spec, study.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := []string{"/bin/sh", "-c", `if [ "$SOMA_TRIAL" = 1 ]; then sleep 30; fi; echo 1`}
+	sig := make(chan os.Signal, 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, st, root, Options{Argv: obj, Trial: -1, Who: study.Who{Host: "h", PID: os.Getpid()}, KillGrace: time.Second}, sig)
+		done <- err
+	}()
+	// Wait until trial 2 is held (claimed while trial 1 runs).
+	for i := 0; ; i++ {
+		if ok, _ := store.Exists(ctx, "study/s/trial/2/0"); ok {
+			break
+		}
+		if i == 200 {
+			t.Fatal("trial 2 was never claimed while trial 1 ran")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	sig <- syscall.SIGUSR1
+	if err := <-done; !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("Run = %v, want interrupted", err)
+	}
+	snap, err := st.Trials(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n, want := range map[int]study.State{0: study.StateDone, 1: study.StateInterrupted, 2: study.StateInterrupted} {
+		if r, ok := snap.Trial(n); !ok || r.State != want {
+			t.Errorf("trial %d = %s (found %v), want %s", n, r.State, ok, want)
+		}
+	}
+	if c := snap.Counts(); c[study.StateRunning] != 0 {
+		t.Errorf("counts %v, want nothing left running", c)
 	}
 }
