@@ -46,20 +46,28 @@ func (f *failingStore) fail(name string, meta fsstore.Meta) error {
 	return nil
 }
 
+// newLoopStore is a new store at root/ and the spec of a random-sampler
+// study of budget trials, for the loop's tests.
+func newLoopStore(t *testing.T, budget int) (string, *fsstore.Store, *study.Spec) {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "root")
+	store, err := fsstore.Open(root, fsstore.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := study.SpecFromFlags([]string{"x=float:0:1"}, "minimize", "random", "none", budget, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root, store, spec
+}
+
 // A record that fails stops the loop with its error; the trial that ran
 // meanwhile is recorded, and nothing else is left running.
 func TestRecordErrorStopsTheLoopCleanly(t *testing.T) {
 	ctx := context.Background()
-	root := filepath.Join(t.TempDir(), "root")
-	fs, err := fsstore.Open(root, fsstore.Options{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, fs, spec := newLoopStore(t, 8)
 	store := &failingStore{Store: fs, name: "study/s/trial/2/0"}
-	spec, err := study.SpecFromFlags([]string{"x=float:0:1"}, "minimize", "random", "none", 8, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
 	st, err := study.Open(ctx, store, "s", spec, study.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -88,15 +96,7 @@ func TestRecordErrorStopsTheLoopCleanly(t *testing.T) {
 // may take the held trial for a stale one.
 func TestPrefetchedClaimKeepsBeating(t *testing.T) {
 	ctx := context.Background()
-	root := filepath.Join(t.TempDir(), "root")
-	store, err := fsstore.Open(root, fsstore.Options{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := study.SpecFromFlags([]string{"x=float:0:1"}, "minimize", "random", "none", 3, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, store, spec := newLoopStore(t, 3)
 	const grace = 2 * time.Second // heartbeats every 400 ms
 	st, err := study.Open(ctx, store, "s", spec, study.Options{Grace: grace})
 	if err != nil {
@@ -151,15 +151,7 @@ func TestPrefetchedClaimKeepsBeating(t *testing.T) {
 // running.
 func TestSignalGivesBackThePrefetchedClaim(t *testing.T) {
 	ctx := context.Background()
-	root := filepath.Join(t.TempDir(), "root")
-	store, err := fsstore.Open(root, fsstore.Options{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := study.SpecFromFlags([]string{"x=float:0:1"}, "minimize", "random", "none", 5, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, store, spec := newLoopStore(t, 5)
 	st, err := study.Open(ctx, store, "s", spec, study.Options{})
 	if err != nil {
 		t.Fatal(err)
