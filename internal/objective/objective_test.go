@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -249,6 +250,20 @@ func TestReportPipe(t *testing.T) {
 		got, _ := os.ReadFile(out)
 		if string(got) != "continue prune prune prune" {
 			t.Errorf("verdicts %q, want continue then prune for every later report", got)
+		}
+	})
+	t.Run("reports in the first milliseconds and after them count", func(t *testing.T) {
+		// The first report comes at once, while watch polls raw (rawPoll,
+		// with two Ps or more), the next after 50 ms, past it; with one P
+		// every poll is the ordinary one.
+		body := "echo 'report 0 0.25' >&3; sleep 0.05; echo 'report 1 0.5' >&3; echo 'final 0.75' >&3"
+		for _, procs := range []int{1, 2} {
+			prev := runtime.GOMAXPROCS(procs)
+			r := run(t, Options{Argv: []string{"/bin/sh", "-c", body}}, nil)
+			runtime.GOMAXPROCS(prev)
+			if r.Outcome != Done || r.Score != 0.75 || len(r.Curve) != 2 {
+				t.Errorf("GOMAXPROCS=%d: outcome %s (%s) score %v with %d steps, want done 0.75 with 2", procs, r.Outcome, r.Reason, r.Score, len(r.Curve))
+			}
 		}
 	})
 	t.Run("a last line without a newline counts", func(t *testing.T) {

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"os/exec"
+	"runtime"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -79,6 +81,10 @@ func watch(cmd *exec.Cmd, fd int, line func(string)) error {
 		}
 	}
 	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	var rawUntil time.Time // see rawPoll
+	if runtime.GOMAXPROCS(0) >= 2 {
+		rawUntil = time.Now().Add(rawPoll)
+	}
 	for {
 		timeout := exitLook
 		if !exitedAt.IsZero() {
@@ -87,7 +93,16 @@ func watch(cmd *exec.Cmd, fd int, line func(string)) error {
 				break
 			}
 		}
-		n, err := unix.Poll(pfd, int(timeout/time.Millisecond)+1)
+		var n int
+		var err error
+		if left := time.Until(rawUntil); left > 0 {
+			n, err = pollRaw(pfd, min(left, timeout))
+			if n == 0 && err == nil {
+				continue // on in the ordinary poll
+			}
+		} else {
+			n, err = unix.Poll(pfd, int(timeout/time.Millisecond)+1)
+		}
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
@@ -132,6 +147,34 @@ func watch(cmd *exec.Cmd, fd int, line func(string)) error {
 		err = nil
 	}
 	return err
+}
+
+// rawPoll is how long into an objective's run watch polls as a raw system
+// call (pollRaw), with GOMAXPROCS >= 2.
+//
+// Why: a goroutine in an ordinary blocking call leaves its P in the
+// scheduler's syscall state, and sysmon, the runtime's monitor thread,
+// retakes such a P whenever no other P is idle, which sends sysmon back
+// to waking every 20 µs (see fsstore's fsyncer). While a short objective
+// runs, the runner claims its next trial on the other P: both busy, a
+// retake nearly every trial. A raw call keeps its P, so there is nothing
+// to retake. Measured with 8 processes on 2 CPUs and /bin/echo as the
+// objective (on top of raw fsyncs): sysmon woke 17 times per trial rather
+// than 21, 7% less CPU per trial. Past rawPoll the ordinary call takes
+// over: a long run then costs sysmon nothing (its P is retaken once and
+// the process sleeps), and the P is not held from the rest of the
+// process for long.
+const rawPoll = 5 * time.Millisecond
+
+// pollRaw is ppoll(2) on fds for at most d, as a raw system call.
+func pollRaw(fds []unix.PollFd, d time.Duration) (int, error) {
+	ts := unix.NsecToTimespec(int64(d))
+	n, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)),
+		uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
 }
 
 // exited reports whether process pid (a child) has exited, without
