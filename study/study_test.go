@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -379,5 +381,45 @@ func TestCorruptRecordCountedAndRetried(t *testing.T) {
 	}
 	if _, err := r.Next(ctx, recWho); !errors.Is(err, ErrBudgetReached) {
 		t.Errorf("Next = %v, want ErrBudgetReached", err)
+	}
+}
+
+// forEach runs every index exactly once on at most workers goroutines,
+// and hands out no more work once its context is done.
+func TestForEach(t *testing.T) {
+	for _, c := range []struct{ n, workers int }{{0, 4}, {1, 16}, {5, 1}, {5, 0}, {100, 16}, {3, 16}} {
+		var mu sync.Mutex
+		seen := make([]int, c.n)
+		running, most := 0, 0
+		forEach(context.Background(), c.n, c.workers, func(i int) {
+			mu.Lock()
+			seen[i]++
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			mu.Lock()
+			running--
+			mu.Unlock()
+		})
+		for i, k := range seen {
+			if k != 1 {
+				t.Errorf("n=%d workers=%d: index %d ran %d times", c.n, c.workers, i, k)
+			}
+		}
+		if most > max(1, c.workers) {
+			t.Errorf("n=%d workers=%d: %d ran at once", c.n, c.workers, most)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var ran atomic.Int64
+	forEach(ctx, 1000, 4, func(i int) {
+		if ran.Add(1) == 10 {
+			cancel()
+		}
+	})
+	// The ones already handed out finish; none after.
+	if k := ran.Load(); k < 10 || k > 10+4 {
+		t.Errorf("ran %d of 1000 after a cancel at the 10th, want 10 to 14", k)
 	}
 }
