@@ -37,8 +37,16 @@ func LogDir(root, studyName string) string { return filepath.Join(root, "logs", 
 // workerLog is one worker's log files. The objective's stdout and stderr
 // are the files themselves (no pipe, no copying), opened for appending and
 // for reading (its last line and stderr's tail are read back).
+//
+// An attempt's end mark waits for the next attempt's start mark (or
+// Close) and both go in one write: a write to a file on ext4 dirties its
+// inode (the mtime) in the journal: ~16 us of CPU per write, profiled
+// with 8 processes on 2 CPUs (writes per trial 5.2 -> 4.2). Until then FindLog
+// takes the attempt as unended, its output running to the files' ends:
+// the same bytes, as nothing else writes to them meanwhile.
 type workerLog struct {
 	out, err, idx *os.File
+	pend          []byte // the last end mark, not yet written
 }
 
 func openWorkerLog(dir, host string, pid, worker int) (*workerLog, error) {
@@ -57,8 +65,9 @@ func openWorkerLog(dir, host string, pid, worker int) (*workerLog, error) {
 	return &workerLog{out: files[0], err: files[1], idx: files[2]}, nil
 }
 
-// mark appends one index line for attempt a of trial n at the files'
-// current ends.
+// mark notes the start ("start") or end ("end") of attempt a of trial n
+// at the files' current ends: a start is written at once, with the end
+// mark before it; an end waits (workerLog).
 func (l *workerLog) mark(kind string, n, a int) error {
 	outPos, err := l.out.Seek(0, io.SeekEnd)
 	if err != nil {
@@ -68,12 +77,25 @@ func (l *workerLog) mark(kind string, n, a int) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(l.idx, "%s %d %d %d %d\n", kind, n, a, outPos, errPos)
+	l.pend = fmt.Appendf(l.pend, "%s %d %d %d %d\n", kind, n, a, outPos, errPos)
+	if kind == "end" {
+		return nil
+	}
+	return l.flush()
+}
+
+// flush writes the marks not yet written.
+func (l *workerLog) flush() error {
+	if len(l.pend) == 0 {
+		return nil
+	}
+	_, err := l.idx.Write(l.pend)
+	l.pend = l.pend[:0]
 	return err
 }
 
 func (l *workerLog) Close() error {
-	return errors.Join(l.out.Close(), l.err.Close(), l.idx.Close())
+	return errors.Join(l.flush(), l.out.Close(), l.err.Close(), l.idx.Close())
 }
 
 // AttemptLog says where one attempt's output is kept.

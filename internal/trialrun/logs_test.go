@@ -164,3 +164,35 @@ func TestEmptyDir(t *testing.T) {
 		}
 	}
 }
+
+// An attempt's end mark waits for the next start mark; the last one is
+// written when the worker's log closes.
+func TestWorkerLogLastEndOnClose(t *testing.T) {
+	root := t.TempDir()
+	dir := LogDir(root, "s")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	wl, err := openWorkerLog(dir, "nodeA", 7, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wl.mark("start", 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	wl.out.WriteString("two\n")
+	if err := wl.mark("end", 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	wl.out.WriteString("late output of a child it left behind\n")
+	if err := wl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	loc, ok, err := FindLog(root, "s", 2, 0)
+	if err != nil || !ok {
+		t.Fatalf("FindLog = %v, %v", ok, err)
+	}
+	if !loc.Ended || loc.OutStart != 0 || loc.OutEnd != 4 {
+		t.Fatalf("trial 2: ended %v, stdout [%d, %d), want ended [0, 4)", loc.Ended, loc.OutStart, loc.OutEnd)
+	}
+}
