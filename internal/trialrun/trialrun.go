@@ -204,8 +204,9 @@ func (l *loop) logf(format string, args ...any) {
 // does the same syscalls one after another, ~300). Only one objective
 // runs at a time all the same. It costs CPU (two goroutines in syscalls
 // at once: context switches per trial 33 -> 61), so it is skipped while
-// this host runs more workers of the study than it has CPUs (measured
-// with 8 processes on 2 CPUs: 420 instead of 460 trials/s with it). When
+// this host runs more than twice as many workers of the study as it has
+// CPUs (crowded; measured with 8 processes on 2 CPUs: 420 instead of 460
+// trials/s with it). When
 // its trials are short (prefetchBelow) it also claims the next trial while
 // the current one runs, so that a trial's claim (two fsyncs) is off the
 // path from one objective to the next: one process 240 -> 278 trials/s,
@@ -778,10 +779,18 @@ func firstLine(s string) string {
 // Ensure the store type satisfies what study consumes.
 var _ study.Store = (*fsstore.Store)(nil)
 
-// crowded reports whether this host runs more workers of the study than
-// it has CPUs (then the worker does not overlap its record with the next
-// claim: that costs CPU the other workers need). It counts the live
-// entries of the study's node-local worker registry, at most every 200 ms.
+// crowded reports whether this host runs more than twice as many workers
+// of the study as it has CPUs (then the worker does not overlap its
+// record with the next claim: that costs CPU the other workers need). It
+// counts the live entries of the study's node-local worker registry, at
+// most every 200 ms.
+//
+// Twice, not once: with the raw fsyncs and polls (fsstore's fsyncer,
+// objective's rawPoll) overlapping got cheaper. Measured on 2 CPUs,
+// journaled ext4, /bin/echo, shuffled rounds: 4 processes 336 -> 379
+// trials/s with the overlap (floor 391); 6 processes 430 -> 412 and 8
+// processes 425 -> 395 without it being better; on the journal-less disk
+// at 4 processes no difference (290 / 293).
 func (l *loop) crowded() bool {
 	l.crowdMu.Lock()
 	defer l.crowdMu.Unlock()
@@ -789,7 +798,7 @@ func (l *loop) crowded() bool {
 		return l.crowd
 	}
 	l.crowdAt = time.Now()
-	l.crowd = localWorkers(l.registry) > runtime.NumCPU()
+	l.crowd = localWorkers(l.registry) > 2*runtime.NumCPU()
 	return l.crowd
 }
 
