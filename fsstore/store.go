@@ -271,7 +271,6 @@ func (s *Store) Claim(ctx context.Context, name string, d Digest, meta Meta) (bo
 	}
 	if s.beforeLink != nil {
 		if err := s.beforeLink(tmp.path); err != nil {
-			_ = unix.Unlink(tmp.path)
 			return false, fmt.Errorf("claim %s: %w", name, err)
 		}
 	}
