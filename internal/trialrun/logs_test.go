@@ -9,10 +9,9 @@ import (
 	"testing"
 )
 
-// Worker logs through their writer, read back by FindLog and CopyRange.
-func TestWorkerLogRanges(t *testing.T) {
-	root := t.TempDir()
-	dir := LogDir(root, "s")
+// newTestWorkerLog opens worker 0 of pid 7 on nodeA in dir (made).
+func newTestWorkerLog(t *testing.T, dir string) *workerLog {
+	t.Helper()
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
@@ -20,6 +19,14 @@ func TestWorkerLogRanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return wl
+}
+
+// Worker logs through their writer, read back by FindLog and CopyRange.
+func TestWorkerLogRanges(t *testing.T) {
+	root := t.TempDir()
+	dir := LogDir(root, "s")
+	wl := newTestWorkerLog(t, dir)
 	attempt := func(n, a int, out, errOut string, end bool) {
 		t.Helper()
 		if err := wl.mark("start", n, a); err != nil {
@@ -170,13 +177,7 @@ func TestEmptyDir(t *testing.T) {
 func TestWorkerLogLastEndOnClose(t *testing.T) {
 	root := t.TempDir()
 	dir := LogDir(root, "s")
-	if err := os.MkdirAll(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	wl, err := openWorkerLog(dir, "nodeA", 7, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wl := newTestWorkerLog(t, dir)
 	if err := wl.mark("start", 2, 0); err != nil {
 		t.Fatal(err)
 	}
