@@ -40,10 +40,10 @@ func LogDir(root, studyName string) string { return filepath.Join(root, "logs", 
 //
 // An attempt's end mark waits for the next attempt's start mark (or
 // Close) and both go in one write: a write to a file on ext4 dirties its
-// inode (the mtime) in the journal: ~16 us of CPU per write, profiled
-// with 8 processes on 2 CPUs (writes per trial 5.2 -> 4.2). Until then FindLog
-// takes the attempt as unended, its output running to the files' ends:
-// the same bytes, as nothing else writes to them meanwhile.
+// inode (the mtime) in the journal, ~16 us of CPU per write (profiled
+// with 8 processes on 2 CPUs; writes per trial 5.2 -> 4.2). Until then
+// FindLog takes the attempt as unended, its output running to the files'
+// ends: the same bytes, as nothing else writes to them meanwhile.
 type workerLog struct {
 	out, err, idx *os.File
 	pend          []byte // the last end mark, not yet written
