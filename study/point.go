@@ -179,14 +179,16 @@ func (s *Space) parseValue(i int, t string) (float64, error) {
 		if err != nil || strconv.FormatInt(n, 10) != t {
 			return 0, fmt.Errorf("%q is not a whole number", t)
 		}
-		x := float64(n)
-		if x < k.Low || x > k.High {
+		// Compare in int64: float64(n) rounds past 2^53, which let
+		// 2^53+1 read as 2^53, and x − low rounded the step check.
+		lo, hi, st := int64(k.Low), int64(k.High), int64(k.Step)
+		if n < lo || n > hi {
 			return 0, fmt.Errorf("%d is outside [%v, %v]", n, k.Low, k.High)
 		}
-		if math.Mod(x-k.Low, k.Step) != 0 {
+		if (n-lo)%st != 0 {
 			return 0, fmt.Errorf("%d is not low %v plus a whole number of steps %v", n, k.Low, k.Step)
 		}
-		return x, nil
+		return float64(n), nil
 	case KnobFloat:
 		if t == "" || strings.ContainsAny(t, "xXpPnNiI_") {
 			return 0, fmt.Errorf("%q is not a decimal number", t)
@@ -196,12 +198,11 @@ func (s *Space) parseValue(i int, t string) (float64, error) {
 			return 0, fmt.Errorf("%q is not a finite number", t)
 		}
 		if k.Step > 0 {
-			j := math.Round((x - k.Low) / k.Step)
-			if j >= 0 && j < float64(s.count[i]) {
-				g := s.level(i, int(j))
-				if math.Abs(x-g) <= 1e-9*k.Step {
-					return g, nil
-				}
+			// levelIndex, not round((x − low)/step): on [-1.7e308,
+			// 1.7e308] x − low overflowed and the grid's own top levels
+			// did not read back.
+			if g := s.level(i, s.levelIndex(i, x)); math.Abs(x-g) <= 1e-9*k.Step {
+				return g, nil
 			}
 			if x < k.Low || x > k.High {
 				return 0, fmt.Errorf("%s is outside [%v, %v]", t, k.Low, k.High)

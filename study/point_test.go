@@ -217,6 +217,48 @@ func TestParsePointSnapsStep(t *testing.T) {
 	}
 }
 
+// TestParsePointWideRanges: every level of a grid reads back from its
+// text, and whole numbers are compared exactly. Bugs it names: on
+// [-1.7e308, 1.7e308] with step 1e307, x − low overflowed and the top
+// levels did not read back (issue 13 item 3); near 2e16 with step 7
+// (floats 4 apart) the quotient (x − low)/step rounded to the wrong level
+// (found by FuzzSamplers); and on an int knob reaching 2^53, the text
+// 9007199254740993 read as 2^53, a point whose text differs.
+func TestParsePointWideRanges(t *testing.T) {
+	const p53 = 1 << 53
+	for _, k := range []Knob{
+		{Name: "x", Kind: KnobFloat, Low: -1.7e308, High: 1.7e308, Step: 1e307},
+		{Name: "x", Kind: KnobFloat, Low: -math.MaxFloat64, High: math.MaxFloat64, Step: math.MaxFloat64},
+		{Name: "x", Kind: KnobFloat, Low: -9.007199254740992e+15, High: 2.7021597764223184e+16, Step: 7},
+		{Name: "x", Kind: KnobInt, Low: -p53, High: p53 - 1, Step: 3},
+	} {
+		s, err := NewSpace([]Knob{k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := s.count[0]
+		for _, j := range []int{0, 1, 2, n / 3, n / 2, n - 3, n - 2, n - 1} {
+			p := Point{v: []float64{s.level(0, j)}}
+			text := s.FormatPoint(p)
+			back, err := s.ParsePoint(text)
+			if err != nil {
+				t.Errorf("%+v: level %d: ParsePoint(%q): %v", k, j, text, err)
+			} else if !back.Equal(p) {
+				t.Errorf("%+v: level %d: ParsePoint(%q) = %v", k, j, text, back.v[0])
+			}
+		}
+	}
+	s, _ := NewSpace([]Knob{{Name: "n", Kind: KnobInt, Low: -p53, High: p53}})
+	for _, text := range []string{"n=9007199254740993", "n=-9007199254740993", "n=9223372036854775807"} {
+		if p, err := s.ParsePoint(text); err == nil {
+			t.Errorf("ParsePoint(%q) = %s, want outside the range", text, s.FormatPoint(p))
+		}
+	}
+	if _, err := s.ParsePoint("n=9007199254740992"); err != nil {
+		t.Errorf("ParsePoint(2^53): %v", err)
+	}
+}
+
 // FuzzParsePoint: whatever ParsePoint accepts, it writes back in a form
 // that reads to the same bits, and the canonical text is a fixed point.
 func FuzzParsePoint(f *testing.F) {

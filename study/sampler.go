@@ -8,15 +8,15 @@ import (
 // fromUnit maps u ∈ [0, 1) to knob i's value as a Point holds it
 // (notes/samplers.md §2.3): uniform on the knob's scale, each grid value
 // of a discrete knob getting an equal share of [0, 1) — except log-int
-// knobs, whose values get ln((v+½)/(v−½)) shares, as Optuna's.
+// knobs, whose values get ln((v+½)/(v−½)) shares, as Optuna's. No
+// intermediate leaves float64, whatever the range (see lerp).
 func (s *Space) fromUnit(i int, u float64) float64 {
 	k := &s.knobs[i]
 	u = math.Min(math.Max(u, 0), math.Nextafter(1, 0))
 	switch k.Kind {
 	case KnobInt:
 		if k.Log {
-			lo, hi := math.Log(k.Low-0.5), math.Log(k.High+0.5)
-			return math.Min(math.Max(math.Round(math.Exp(lo+u*(hi-lo))), k.Low), k.High)
+			return math.Min(math.Max(math.Round(logLerp(k.Low-0.5, k.High+0.5, u)), k.Low), k.High)
 		}
 		return s.level(i, min(int(u*float64(s.count[i])), s.count[i]-1))
 	case KnobFloat:
@@ -28,10 +28,9 @@ func (s *Space) fromUnit(i int, u float64) float64 {
 		}
 		var x float64
 		if k.Log {
-			lo, hi := math.Log(k.Low), math.Log(k.High)
-			x = math.Exp(lo + u*(hi-lo))
+			x = logLerp(k.Low, k.High, u)
 		} else {
-			x = k.Low + u*(k.High-k.Low)
+			x = lerp(k.Low, k.High, u)
 		}
 		return math.Min(math.Max(x, k.Low), math.Nextafter(k.High, math.Inf(-1)))
 	case KnobChoice:

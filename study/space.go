@@ -70,11 +70,13 @@ const maxNameLen = 64
 
 // Knob is one dimension of a Space. Which fields matter depends on Kind:
 //
-//   - KnobInt: Low, High (whole numbers), Step (a whole number ≥ 1;
-//     0 means 1), Log (needs Low ≥ 1 and Step 1).
-//   - KnobFloat: Low, High (finite), Step (0 = continuous, else
-//     High − Low must be a whole number of steps), Log (needs Low > 0 and
-//     no Step).
+//   - KnobInt: Low, High (whole numbers within ±2^53, where float64
+//     holds every one), Step (a whole number ≥ 1; 0 means 1), Log (needs
+//     Low ≥ 1 and Step 1).
+//   - KnobFloat: Low, High (any finite float64s; High − Low may exceed
+//     math.MaxFloat64), Step (0 = continuous, else High − Low must be a
+//     whole number of steps, fewer than 2^53, each no finer than float64's
+//     spacing near the bounds), Log (needs Low > 0 and no Step).
 //   - KnobChoice: Choices (at least one, distinct).
 //   - KnobFixed: Value.
 //
@@ -112,10 +114,12 @@ type Space struct {
 
 // NewSpace validates knobs and returns the space they define. It refuses,
 // with an error that names the knob and the fix: an empty list, a bad or
-// duplicate name, an empty range, a log scale with a non-positive low, a
-// step that does not divide the range, and an option or fixed value that
-// could not be read back from a point's text. Knobs are copied; Int knobs
-// with Step 0 get Step 1.
+// duplicate name, an empty range, a bound that is not finite, an int
+// bound beyond ±2^53, a log scale with a non-positive low, a step that
+// does not divide the range or that float64 cannot resolve, and an option
+// or fixed value that could not be read back from a point's text.
+// Whatever it accepts, every sampler can sample. Knobs are copied; Int
+// knobs with Step 0 get Step 1, and bounds of −0 become 0.
 func NewSpace(knobs []Knob) (*Space, error) {
 	if len(knobs) == 0 {
 		return nil, fmt.Errorf("study: space has no knobs (add at least one param)")
@@ -145,9 +149,11 @@ func NewSpace(knobs []Knob) (*Space, error) {
 		}
 		s.knobs[i] = k
 		switch k.Kind {
-		case KnobInt, KnobFloat:
+		case KnobInt:
+			s.count[i] = int((int64(k.High)-int64(k.Low))/int64(k.Step)) + 1
+		case KnobFloat:
 			if k.Step > 0 {
-				s.count[i] = int(math.Round((k.High-k.Low)/k.Step)) + 1
+				s.count[i] = int(math.Round(steps(k.Low, k.High, k.Step))) + 1
 				s.decimals[i] = max(decimals(k.Low), decimals(k.Step))
 			}
 		case KnobChoice:
@@ -207,13 +213,21 @@ func checkKnob(k *Knob) error {
 			return fmt.Errorf("study: param %q: %s takes low and high, not choices or a value (use type choice or fixed)", k.Name, k.Kind)
 		}
 		if !finite(k.Low) || !finite(k.High) {
-			return fmt.Errorf("study: param %q: low %v and high %v must be finite numbers", k.Name, k.Low, k.High)
+			return fmt.Errorf("study: param %q: low %v and high %v must be finite numbers (give bounds within ±%v)", k.Name, k.Low, k.High, math.MaxFloat64)
 		}
 		if k.Low > k.High {
 			return fmt.Errorf("study: param %q: low %v > high %v (swap them)", k.Name, k.Low, k.High)
 		}
 		if !finite(k.Step) || k.Step < 0 {
 			return fmt.Errorf("study: param %q: step %v must be a positive number (or 0 for none)", k.Name, k.Step)
+		}
+		// −0 becomes 0: an int knob with high −0 handed out −0, whose
+		// text "0" read back as +0, a different point.
+		if k.Low == 0 {
+			k.Low = 0
+		}
+		if k.High == 0 {
+			k.High = 0
 		}
 	case KnobChoice:
 		if k.Low != 0 || k.High != 0 || k.Step != 0 || k.Log || k.Value != "" {
@@ -257,9 +271,13 @@ func checkKnob(k *Knob) error {
 				return fmt.Errorf("study: param %q: %s %v is beyond ±2^53 (use type float)", k.Name, x.what, x.v)
 			}
 		}
-		if math.Mod(k.High-k.Low, k.Step) != 0 {
+		// In int64, not float64: the width of a range within ±2^53 fits
+		// int64 but not always a float64 (2^53 − (−2^53) − 1 rounds), and a
+		// rounded width made Mod accept highs off the grid.
+		lo, hi, st := int64(k.Low), int64(k.High), int64(k.Step)
+		if (hi-lo)%st != 0 {
 			return fmt.Errorf("study: param %q: high %v is not low %v plus a whole number of steps %v (set high to %v)",
-				k.Name, k.High, k.Low, k.Step, k.Low+math.Floor((k.High-k.Low)/k.Step)*k.Step)
+				k.Name, k.High, k.Low, k.Step, lo+(hi-lo)/st*st)
 		}
 		if k.Log {
 			if k.Low < 1 {
@@ -281,16 +299,107 @@ func checkKnob(k *Knob) error {
 		}
 	}
 	if k.Step > 0 {
-		n := (k.High - k.Low) / k.Step
-		if math.Abs(n-math.Round(n)) > 1e-9*math.Max(1, n) {
-			return fmt.Errorf("study: param %q: high %v is not low %v plus a whole number of steps %v (set high to %v)",
-				k.Name, k.High, k.Low, k.Step, k.Low+math.Floor(n)*k.Step)
-		}
-		if math.Round(n) >= maxExactInt {
+		n := steps(k.Low, k.High, k.Step)
+		if !(math.Round(n) < maxExactInt) {
 			return fmt.Errorf("study: param %q: step %v is too small for the range (drop step for a continuous knob)", k.Name, k.Step)
+		}
+		// Below float64's spacing near the bounds, neighbouring levels
+		// round onto each other and the grid cannot be held; at or above
+		// it, levels stay distinct and read back (levelIndex).
+		m := math.Max(math.Abs(k.Low), math.Abs(k.High))
+		if gap := m - math.Nextafter(m, 0); k.Step < gap {
+			return fmt.Errorf("study: param %q: step %v is finer than float64 can tell apart near %v (spacing %v); use a step of at least %v, or drop step", k.Name, k.Step, m, gap, gap)
+		}
+		// The decimal noise of (high − low)/step (0.3/0.1 is
+		// 2.9999999999999996) is forgiven, but not a fraction of a step:
+		// 1e-9·n alone reached ½ at 5e8 levels, past which any high was
+		// accepted. n·2^-51 covers the two roundings of n itself.
+		if math.Abs(n-math.Round(n)) > max(min(1e-9*math.Max(1, n), 0.25), n*0x1p-51) {
+			return fmt.Errorf("study: param %q: high %v is not low %v plus a whole number of steps %v (set high to %v)",
+				k.Name, k.High, k.Low, k.Step, addSteps(k.Low, int(math.Floor(n)), k.Step))
 		}
 	}
 	return nil
+}
+
+// The helpers below map between a knob's range and [0, 1] without ever
+// forming an intermediate outside float64. The naive low + u·(high − low)
+// overflowed for ranges wider than math.MaxFloat64 (issue 13 item 3:
+// [-1.7e308, 1.7e308] gave high − low = +Inf, so every random, sobol and
+// startup-tpe point was Inf clamped to nextafter(high), and tpe's model,
+// fitted over an infinite width, proposed NaN).
+
+// lerp returns low + u·(high − low) for u ∈ [0, 1] and low ≤ high. Where
+// high − low is finite it is exactly that expression (so points of
+// ordinary ranges keep their bits); where it overflows, low < 0 < high and
+// low·(1−u) + high·u has no intermediate outside [low, high].
+func lerp(low, high, u float64) float64 {
+	if w := high - low; !math.IsInf(w, 0) {
+		return low + u*w
+	}
+	return low*(1-u) + high*u
+}
+
+// unit is the inverse of lerp: (x − low)/(high − low) for low < high,
+// computed on halves when the width overflows (exact halving: a width
+// that overflows has both bounds far from the subnormals).
+func unit(low, high, x float64) float64 {
+	if w := high - low; !math.IsInf(w, 0) {
+		return (x - low) / w
+	}
+	return (x/2 - low/2) / (high/2 - low/2)
+}
+
+// steps returns (x − low)/step, the number of steps from low to x,
+// without x − low overflowing: when it does, |x|, |low| ≥ MaxFloat64/2
+// and x/step − low/step is the same quotient (±Inf only if step is so
+// small that the count exceeds any grid soma accepts).
+func steps(low, x, step float64) float64 {
+	if d := x - low; !math.IsInf(d, 0) {
+		return d / step
+	}
+	return x/step - low/step
+}
+
+// addSteps returns low + j·step, the grid value j steps above low, when
+// j·step alone overflows but the sum does not ([-1.7e308, 1.7e308] with
+// step 1e307 has levels whose j·step is past MaxFloat64).
+func addSteps(low float64, j int, step float64) float64 {
+	if v := low + float64(j)*step; !math.IsInf(v, 0) {
+		return v
+	}
+	return 2 * (low/2 + float64(j)*(step/2))
+}
+
+// logSpan returns ln(high/low) for 0 < low < high: always > 0 and finite.
+// The ratio keeps the span exact for narrow ranges far from 1, where
+// ln(high) − ln(low) can round to 0 ([1e300, nextafter(1e300, +Inf)]);
+// when the ratio overflows (a subnormal low and a huge high) the span is
+// hundreds and the difference of logs is exact enough.
+func logSpan(low, high float64) float64 {
+	if r := high / low; !math.IsInf(r, 0) {
+		return math.Log(r)
+	}
+	return math.Log(high) - math.Log(low)
+}
+
+// logLerp is lerp on a log scale: low·(high/low)^u, for 0 < low < high.
+// It may return a little past high (or +Inf when high is near
+// MaxFloat64); callers clamp.
+func logLerp(low, high, u float64) float64 {
+	if r := high / low; !math.IsInf(r, 0) {
+		return low * math.Exp(u*math.Log(r))
+	}
+	return math.Exp(math.Log(low) + u*(math.Log(high)-math.Log(low)))
+}
+
+// logUnit is the inverse of logLerp: ln(x/low)/ln(high/low).
+func logUnit(low, high, x float64) float64 {
+	l := math.Log(x / low)
+	if math.IsInf(l, 0) {
+		l = math.Log(x) - math.Log(low)
+	}
+	return l / logSpan(low, high)
 }
 
 // allJSONNumbers reports whether every option is a JSON number literal.
@@ -374,7 +483,7 @@ func (s *Space) Size() (n int, finite bool) {
 	return n, true
 }
 
-// levels returns the value of knob i at grid level j (0 ≤ j < count[i]),
+// level returns the value of knob i at grid level j (0 ≤ j < count[i]),
 // as a point holds it: the number for int/float, the option index for a
 // choice, 0 for fixed.
 func (s *Space) level(i, j int) float64 {
@@ -384,14 +493,16 @@ func (s *Space) level(i, j int) float64 {
 		if j >= s.count[i]-1 {
 			return k.High
 		}
-		v := k.Low + float64(j)*k.Step
-		if k.Kind == KnobFloat {
-			// Round away the binary noise of j·step when the decimal
-			// forms of low and step are short (0.1·3 → 0.3).
-			if d := s.decimals[i]; d <= 17 {
-				if r, err := strconv.ParseFloat(strconv.FormatFloat(v, 'f', d, 64), 64); err == nil && math.Abs(r-v) <= 1e-9*k.Step {
-					v = r
-				}
+		if k.Kind == KnobInt {
+			// Exact in int64; in float64, odd j past 2^53 rounded.
+			return float64(int64(k.Low) + int64(j)*int64(k.Step))
+		}
+		v := addSteps(k.Low, j, k.Step)
+		// Round away the binary noise of j·step when the decimal forms
+		// of low and step are short (0.1·3 → 0.3).
+		if d := s.decimals[i]; d <= 17 {
+			if r, err := strconv.ParseFloat(strconv.FormatFloat(v, 'f', d, 64), 64); err == nil && math.Abs(r-v) <= 1e-9*k.Step {
+				v = r
 			}
 		}
 		return min(max(v, k.Low), k.High)
@@ -399,6 +510,28 @@ func (s *Space) level(i, j int) float64 {
 		return float64(j)
 	}
 	return 0
+}
+
+// levelIndex returns the grid level of knob i (an int or stepped float)
+// nearest to x, clamped to [0, count): the inverse of level. For floats
+// it looks two levels either side of the quotient (x − low)/step, because
+// levels far from low are rounded to float64 (a step of 7 near 2e16,
+// where floats are 4 apart) and the quotient of rounded values can round
+// to the wrong neighbour.
+func (s *Space) levelIndex(i int, x float64) int {
+	k := &s.knobs[i]
+	last := s.count[i] - 1
+	if k.Kind == KnobInt {
+		return int(min(max((int64(x)-int64(k.Low))/int64(k.Step), 0), int64(last)))
+	}
+	j0 := int(min(max(math.Round(steps(k.Low, x, k.Step)), 0), float64(last)))
+	best, bestD := j0, math.Inf(1)
+	for j := max(j0-2, 0); j <= min(j0+2, last); j++ {
+		if d := math.Abs(s.level(i, j) - x); d < bestD {
+			best, bestD = j, d
+		}
+	}
+	return best
 }
 
 // decimals returns the number of digits after the point in x's shortest

@@ -64,6 +64,12 @@ func TestNewSpaceRefuses(t *testing.T) {
 		{"choice with range", []Knob{{Name: "x", Kind: KnobChoice, Choices: []string{"a"}, High: 1}}, "only choices"},
 		{"int with choices", []Knob{{Name: "x", Kind: KnobInt, High: 1, Choices: []string{"a"}}}, "not choices"},
 		{"no kind", []Knob{{Name: "x"}}, "set a type"},
+		{"infinite high", []Knob{{Name: "x", Kind: KnobFloat, Low: 0, High: math.Inf(1)}}, "give bounds within ±1.7976931348623157e+308"},
+		// Levels 1 apart where float64s are 2 apart (past 2^53) round
+		// onto each other: the grid cannot be held.
+		{"step below float spacing", []Knob{{Name: "x", Kind: KnobFloat, Low: 1 << 53, High: 1<<53 + 1<<40, Step: 1}}, "finer than float64 can tell apart"},
+		// 1e-9·n forgave any high on a grid of more than 5e8 levels.
+		{"float step off range, many levels", []Knob{{Name: "x", Kind: KnobFloat, Low: 0, High: 2.5e15 + 500, Step: 1000}}, "whole number of steps"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,6 +115,71 @@ func TestSpaceSize(t *testing.T) {
 				t.Errorf("Size() = %d, %v, want %d, %v", n, finite, tc.n, tc.wantFinite)
 			}
 		})
+	}
+}
+
+// TestNewSpaceWideRanges: ranges whose width does not fit float64 (or
+// not exactly) are valid spaces with the right number of levels. Issue 13
+// item 3: (high − low)/step overflowed to +Inf, so a stepped float on
+// [-1.7e308, 1.7e308] was refused as "step too small"; and the int check
+// Mod(high − low, step) ran on a width of 2^54 − 1 rounded to 2^54, so it
+// refused the valid [-2^53, 2^53 − 1] with step 3.
+func TestNewSpaceWideRanges(t *testing.T) {
+	const p53 = 1 << 53
+	tests := []struct {
+		name string
+		knob Knob
+		n    int // levels; 0 for continuous
+	}{
+		{"float", Knob{Kind: KnobFloat, Low: -1.7e308, High: 1.7e308}, 0},
+		{"float widest", Knob{Kind: KnobFloat, Low: -math.MaxFloat64, High: math.MaxFloat64}, 0},
+		{"float step", Knob{Kind: KnobFloat, Low: -1.7e308, High: 1.7e308, Step: 1e307}, 35},
+		{"float step MaxFloat64", Knob{Kind: KnobFloat, Low: -math.MaxFloat64, High: math.MaxFloat64, Step: math.MaxFloat64}, 3},
+		{"log float", Knob{Kind: KnobFloat, Low: 5e-324, High: math.MaxFloat64, Log: true}, 0},
+		{"int", Knob{Kind: KnobInt, Low: -p53, High: p53}, 2*p53 + 1},
+		{"int step 3", Knob{Kind: KnobInt, Low: -p53, High: p53 - 1, Step: 3}, (2*p53-1)/3 + 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.knob.Name = "x"
+			s, err := NewSpace([]Knob{tc.knob})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, _ := s.Size()
+			if n != tc.n {
+				t.Errorf("Size() = %d, want %d", n, tc.n)
+			}
+			if tc.n > 0 {
+				if lo, hi := s.level(0, 0), s.level(0, tc.n-1); lo != tc.knob.Low || hi != tc.knob.High {
+					t.Errorf("levels 0 and %d = %v, %v, want %v, %v", tc.n-1, lo, hi, tc.knob.Low, tc.knob.High)
+				}
+				for _, j := range []int{0, 1, tc.n / 2, tc.n - 2, tc.n - 1} {
+					if got := s.levelIndex(0, s.level(0, j)); got != j {
+						t.Errorf("levelIndex(level(%d) = %v) = %d", j, s.level(0, j), got)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestNegativeZeroBounds: a bound of −0 is 0. An int knob with high −0
+// handed out the point −0, whose text "0" read back as +0, a different
+// point (found by FuzzSamplers).
+func TestNegativeZeroBounds(t *testing.T) {
+	negZero := math.Copysign(0, -1)
+	s, err := NewSpace([]Knob{{Name: "x", Kind: KnobInt, Low: -4, High: negZero, Step: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := s.Knobs()[0]; math.Signbit(k.High) {
+		t.Errorf("high = %v with the sign bit set, want 0", k.High)
+	}
+	p := Point{v: []float64{s.fromUnit(0, 0.99)}}
+	back, err := s.ParsePoint(s.FormatPoint(p))
+	if err != nil || !back.Equal(p) {
+		t.Errorf("point %s reads back as %v, %v", s.FormatPoint(p), back.v, err)
 	}
 }
 

@@ -3,8 +3,10 @@ package study
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -440,8 +442,14 @@ func knobFromText(name, def string) (Knob, error) {
 	}
 	num := func(what, t string) (float64, error) {
 		x, err := strconv.ParseFloat(t, 64)
+		if errors.Is(err, strconv.ErrRange) && math.IsInf(x, 0) {
+			return 0, fmt.Errorf("study: param %q: %s %s is beyond float64's range (give bounds within ±%v)", name, what, t, math.MaxFloat64)
+		}
 		if err != nil {
 			return 0, fmt.Errorf("study: param %q: %s %q is not a number", name, what, t)
+		}
+		if kind == KnobInt {
+			return x, exactInt(name, what, t)
 		}
 		return x, nil
 	}
@@ -464,6 +472,19 @@ func knobFromText(name, def string) (Knob, error) {
 		}
 	}
 	return k, nil
+}
+
+// exactInt refuses an int knob's bound past ±2^53 as the user wrote it,
+// before float64 changes it: 9007199254740993 (2^53+1) would otherwise
+// become 2^53 without a word (and pass), and 2^63 would be refused as
+// -9.223372036854776e+18, a number the user never wrote. Texts that are
+// not whole numbers (2.5) are left to NewSpace.
+func exactInt(name, what, text string) error {
+	b, ok := new(big.Float).SetPrec(4096).SetString(text)
+	if ok && b.IsInt() && b.Abs(b).Cmp(big.NewFloat(maxExactInt)) > 0 {
+		return fmt.Errorf("study: param %q: %s %s is beyond ±2^53, where float64 skips whole numbers (use type float, or bounds within ±%d)", name, what, text, int64(maxExactInt))
+	}
+	return nil
 }
 
 // knobFromValue reads one [param] entry: a string in flag syntax or a
@@ -494,6 +515,15 @@ func knobFromValue(name string, v any) (Knob, error) {
 	case KnobInt, KnobFloat:
 		allowed = []string{"type", "low", "high", "step", "log"}
 		var lok, hok bool
+		if kind == KnobInt {
+			// TOML integers are int64; converting one past 2^53 to
+			// float64 rounds it (see exactInt).
+			for _, key := range []string{"low", "high", "step"} {
+				if n, isInt := tab[key].(int64); isInt && (n > maxExactInt || n < -maxExactInt) {
+					return k, fmt.Errorf("study: param.%s.%s: %d is beyond ±2^53, where float64 skips whole numbers (use type float, or bounds within ±%d)", name, key, n, int64(maxExactInt))
+				}
+			}
+		}
 		if k.Low, lok, err = o.float("low"); err != nil {
 			return k, err
 		}

@@ -114,6 +114,14 @@ func TestParseSpecErrors(t *testing.T) {
 		{"bad param", "direction = \"min\"\nbudget = 10\n[param]\nx = \"float:1:0\"", "swap them"},
 		{"comma option", "direction = \"min\"\nbudget = 10\n[param]\nx = { type = \"choice\", choices = [\"a,b\"] }", "contains ','"},
 		{"negative seed", "direction = \"min\"\nbudget = 10\nseed = -1" + params, "seed -1"},
+		{"infinite low", "direction = \"min\"\nbudget = 10\n[param]\nx = { type = \"float\", low = -inf, high = 1 }", `param "x": low -Inf and high 1 must be finite numbers (give bounds within`},
+		{"nan high", "direction = \"min\"\nbudget = 10\n[param]\nx = { type = \"float\", low = 0, high = nan }", `param "x": low 0 and high NaN must be finite`},
+		{"log low zero", "direction = \"min\"\nbudget = 10\n[param]\nx = { type = \"float\", low = 0, high = 1, log = true }", "log scale needs low > 0, got 0 (raise low or drop log)"},
+		// int64 values past 2^53 used to be converted to float64 silently:
+		// 9007199254740993 became 9007199254740992.
+		{"int past 2^53", "direction = \"min\"\nbudget = 10\n[param]\nx = { type = \"int\", low = 0, high = 9007199254740993 }", "param.x.high: 9007199254740993 is beyond ±2^53"},
+		{"int near 2^63", "direction = \"min\"\nbudget = 10\n[param]\nx = { type = \"int\", low = -9223372036854775808, high = 9223372036854775807 }", "param.x.low: -9223372036854775808 is beyond ±2^53"},
+		{"int text past 2^53", "direction = \"min\"\nbudget = 10\n[param]\nx = \"int:0:9007199254740993\"", `param "x": high 9007199254740993 is beyond ±2^53`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -146,6 +154,16 @@ func TestSpecFromFlagsErrors(t *testing.T) {
 		{"sampler option value", []string{"x=float:0:1"}, "min", "tpe:startup=x", "", 10, "want a whole number"},
 		{"pruner option of asha", []string{"x=float:0:1"}, "min", "", "median:eta=3", 10, "applies to pruner asha"},
 		{"duplicate option", []string{"x=float:0:1"}, "min", "", "median:warmup=3,warmup=4", 10, "given twice"},
+		// strconv.ParseFloat returns ±Inf with ErrRange; this said
+		// `low "-1e309" is not a number`.
+		{"low past float64", []string{"x=float:-1e309:1"}, "min", "", "", 10, `param "x": low -1e309 is beyond float64's range (give bounds within ±1.7976931348623157e+308)`},
+		{"infinite high", []string{"x=float:0:inf"}, "min", "", "", 10, `param "x": low 0 and high +Inf must be finite numbers (give bounds within`},
+		{"nan low", []string{"x=float:nan:1"}, "min", "", "", 10, "must be finite numbers"},
+		{"log negative low", []string{"x=float:-1:1:log"}, "min", "", "", 10, "log scale needs low > 0"},
+		{"int past 2^53", []string{"x=int:0:9007199254740993"}, "min", "", "", 10, `param "x": high 9007199254740993 is beyond ±2^53, where float64 skips whole numbers (use type float, or bounds within ±9007199254740992)`},
+		{"int at 2^63", []string{"x=int:-9223372036854775808:0"}, "min", "", "", 10, `low -9223372036854775808 is beyond ±2^53`},
+		{"int past 2^64", []string{"x=int:0:99999999999999999999"}, "min", "", "", 10, `high 99999999999999999999 is beyond ±2^53`},
+		{"int exponent past 2^53", []string{"x=int:0:1e300"}, "min", "", "", 10, `high 1e300 is beyond ±2^53`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -283,6 +301,8 @@ func FuzzParseSpec(f *testing.F) {
 		"sampler = \"grid\"\n[param]\nx = \"int:1:4\"\ny = \"choice:a,b\"\nz = \"fixed:q\"\n",
 		"direction = \"max\"\nbudget = 3\npruner = \"asha:eta=3\"\n[param.x]\ntype = \"int\"\nlow = 1\nhigh = 100\nlog = true\n",
 		"direction = \"max\"\nbudget = 3\npruner = \"percentile:percentile=10\"\n[param]\nx = { type = \"choice\", choices = [1, 2.5, true] }\n",
+		"direction = \"min\"\nbudget = 10\n[param]\nx = { type = \"float\", low = -1.7e308, high = 1.7e308, step = 1e307 }\n",
+		"direction = \"min\"\nbudget = 10\n[param]\nx = { type = \"int\", low = -9007199254740992, high = 9007199254740991, step = 3 }\n",
 		"bugdet = 1", "[param]\n\"a b\" = \"fixed:1\"", "",
 	} {
 		f.Add([]byte(seed))

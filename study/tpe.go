@@ -179,8 +179,8 @@ func (t *TPESampler) Ask(space *Space, trial int, h History) (Point, error) {
 	if len(dims) == 0 {
 		return t.sobol.Ask(space, trial, h) // nothing to search
 	}
-	l := newParzen(dims, below, wBelow, priorBelow)
-	g := newParzen(dims, above, wAbove, 1)
+	l := newParzen(space, dims, below, wBelow, priorBelow)
+	g := newParzen(space, dims, above, wAbove, 1)
 
 	comp := newStream(t.seed, trial, "tpe/component")
 	draws := make([]stream, len(dims))
@@ -211,17 +211,24 @@ func (t *TPESampler) Ask(space *Space, trial int, h History) (Point, error) {
 }
 
 // tpeDim is how the model sees one knob: a continuous or discrete range in
-// internal units (logs for log knobs), or a categorical.
+// model units, or a categorical. Model units are normalised so that no
+// width overflows whatever the knob's range: [0, 1] on the knob's scale
+// (linear, or logarithmic for log knobs) for continuous knobs, and
+// grid-level indices for stepped ones. The kernels' rules (neighbour gaps, a clip proportional to
+// the width, a prior over the whole domain) are affine-invariant, so this
+// is the same model as one fitted in the knob's own units. It was fitted
+// in those units until [-1.7e308, 1.7e308] showed why not: its width
+// overflowed to +Inf and every proposal was NaN (issue 13 item 3).
 type tpeDim struct {
-	knob     int
-	kind     int     // dimCont, dimDisc or dimCat
-	low      float64 // domain in internal units, padded by step/2 if discrete
-	high     float64
-	step     float64 // dimDisc
-	base     float64 // dimDisc: the knob's low, the origin of its grid
-	count    int     // dimDisc: levels; dimCat: choices
-	logInt   bool    // log-int: continuous in ln, rounded on the way out
-	logFloat bool
+	knob  int
+	kind  int     // dimCont, dimDisc or dimCat
+	scale int     // how model units map to the knob's values
+	low   float64 // domain in model units, padded by ½ level if discrete
+	high  float64
+	count int // levels (dimDisc and scaleLevel) or choices (dimCat)
+	// Knob bounds for the unit scales; for scaleLogInt, low − ½ and
+	// high + ½, so each integer gets the share Optuna gives it.
+	kLow, kHigh float64
 }
 
 const (
@@ -229,6 +236,21 @@ const (
 	dimDisc
 	dimCat
 )
+
+const (
+	scaleLinear = iota // lerp(kLow, kHigh, t)
+	scaleLog           // logLerp(kLow, kHigh, t)
+	scaleLogInt        // logLerp, rounded to a whole number
+	scaleLevel         // grid level index
+)
+
+// maxDiscLevels is the most levels the model treats as discrete. Past it
+// a level's ±½ bin is below float64's resolution around its index (at
+// 2^53 an index ± ½ rounds to itself, a zero-mass bin), and a kernel at
+// least 0.03·count levels wide sees no difference between the bin's mass
+// and the density times its width; such knobs are modelled as continuous
+// in level units and rounded to a level on the way out.
+const maxDiscLevels = 1 << 32
 
 // tpeDims lists the knobs the model searches: all but fixed knobs and
 // knobs with a single value.
@@ -248,18 +270,20 @@ func tpeDims(space *Space) []tpeDim {
 			if k.Low == k.High {
 				continue
 			}
+			d.kind, d.low, d.high = dimCont, 0, 1
 			switch {
 			case k.Log && k.Kind == KnobInt:
-				d.kind, d.logInt = dimCont, true
-				d.low, d.high = math.Log(k.Low-0.5), math.Log(k.High+0.5)
+				d.scale, d.kLow, d.kHigh = scaleLogInt, k.Low-0.5, k.High+0.5
 			case k.Log:
-				d.kind, d.logFloat = dimCont, true
-				d.low, d.high = math.Log(k.Low), math.Log(k.High)
+				d.scale, d.kLow, d.kHigh = scaleLog, k.Low, k.High
 			case k.Step > 0:
-				d.kind, d.step, d.base, d.count = dimDisc, k.Step, k.Low, space.count[i]
-				d.low, d.high = k.Low-k.Step/2, k.High+k.Step/2
+				d.scale, d.count = scaleLevel, space.count[i]
+				d.low, d.high = -0.5, float64(d.count)-0.5
+				if d.count <= maxDiscLevels {
+					d.kind = dimDisc
+				}
 			default:
-				d.kind, d.low, d.high = dimCont, k.Low, k.High
+				d.scale, d.kLow, d.kHigh = scaleLinear, k.Low, k.High
 			}
 		}
 		dims = append(dims, d)
@@ -268,11 +292,16 @@ func tpeDims(space *Space) []tpeDim {
 }
 
 // internal maps a point's value of the knob to model units.
-func (d *tpeDim) internal(x float64) float64 {
-	if d.logInt || d.logFloat {
-		return math.Log(x)
+func (d *tpeDim) internal(space *Space, x float64) float64 {
+	switch {
+	case d.kind == dimCat:
+		return x
+	case d.scale == scaleLevel:
+		return float64(space.levelIndex(d.knob, x))
+	case d.scale == scaleLog, d.scale == scaleLogInt:
+		return logUnit(d.kLow, d.kHigh, x)
 	}
-	return x
+	return unit(d.kLow, d.kHigh, x)
 }
 
 // external maps a model value back to what a Point holds, on the knob's
@@ -282,19 +311,19 @@ func (d *tpeDim) external(space *Space, x float64) float64 {
 	switch {
 	case d.kind == dimCat:
 		return x
-	case d.kind == dimDisc:
+	case d.scale == scaleLevel:
 		return space.level(d.knob, d.level(x))
-	case d.logInt:
-		return math.Min(math.Max(math.Round(math.Exp(x)), k.Low), k.High)
-	case d.logFloat:
-		return math.Min(math.Max(math.Exp(x), k.Low), k.High)
+	case d.scale == scaleLogInt:
+		return math.Min(math.Max(math.Round(logLerp(d.kLow, d.kHigh, x)), k.Low), k.High)
+	case d.scale == scaleLog:
+		return math.Min(math.Max(logLerp(d.kLow, d.kHigh, x), k.Low), k.High)
 	}
-	return math.Min(math.Max(x, k.Low), k.High)
+	return math.Min(math.Max(lerp(d.kLow, d.kHigh, x), k.Low), k.High)
 }
 
+// level rounds a model value in level units to a level index.
 func (d *tpeDim) level(x float64) int {
-	j := math.Round((x - d.base) / d.step)
-	return int(math.Min(math.Max(j, 0), float64(d.count-1)))
+	return int(math.Min(math.Max(math.Round(x), 0), float64(d.count-1)))
 }
 
 // parzen is a mixture of product kernels: component c has weight w[c] and,
@@ -313,7 +342,7 @@ type parzen struct {
 // newParzen fits the estimator to obs with weights w and a prior kernel
 // of weight priorW ([O5] parzen_estimator.py with [W23]'s bandwidth
 // settings).
-func newParzen(dims []tpeDim, obs []tpeObs, w []float64, priorW float64) *parzen {
+func newParzen(space *Space, dims []tpeDim, obs []tpeObs, w []float64, priorW float64) *parzen {
 	n := len(obs) + 1
 	p := &parzen{dims: dims, logW: make([]float64, n), cum: make([]float64, n),
 		mu: make([][]float64, len(dims)), sigma: make([][]float64, len(dims)),
@@ -357,7 +386,7 @@ func newParzen(dims []tpeDim, obs []tpeObs, w []float64, priorW float64) *parzen
 		}
 		mus := make([]float64, n)
 		for c := range obs {
-			mus[c] = dm.internal(obs[c].v[dm.knob])
+			mus[c] = dm.internal(space, obs[c].v[dm.knob])
 		}
 		mus[n-1] = (dm.low + dm.high) / 2
 		p.mu[d] = mus
@@ -441,7 +470,7 @@ func (p *parzen) sample(d, c int, u float64) float64 {
 	z := truncNormPPF((dm.low-mu)/s, (dm.high-mu)/s, u)
 	x := min(max(mu+s*z, dm.low), dm.high)
 	if dm.kind == dimDisc {
-		x = dm.base + float64(dm.level(x))*dm.step
+		x = float64(dm.level(x))
 	}
 	return x
 }
@@ -467,8 +496,8 @@ func (p *parzen) logKernel(d, c int, x float64) float64 {
 	}
 	mu, s := p.mu[d][c], p.sigma[d][c]
 	if dm.kind == dimDisc {
-		lo := max(x-dm.step/2, dm.low)
-		hi := min(x+dm.step/2, dm.high)
+		lo := max(x-0.5, dm.low)
+		hi := min(x+0.5, dm.high)
 		return logPhiDiff((lo-mu)/s, (hi-mu)/s) - p.logZ[d][c]
 	}
 	z := (x - mu) / s

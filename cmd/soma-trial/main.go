@@ -95,7 +95,7 @@ EXAMPLES:
 			&cli.StringFlag{Name: "root", Usage: "the study folder (created if missing)", EnvVars: []string{"SOMA_ROOT"}, Required: true},
 			&cli.StringFlag{Name: "study", Usage: "the study's name (letters, digits, -_.)", Required: true},
 			&cli.StringFlag{Name: "spec", Usage: "a TOML study spec (space, direction, sampler, pruner, budget)"},
-			&cli.StringSliceFlag{Name: "param", Usage: "a knob, instead of --spec: name=float:LOW:HIGH[:log], int:LOW:HIGH[:log], choice:A,B, fixed:V"},
+			&cli.StringSliceFlag{Name: "param", Usage: "a knob, instead of --spec: name=float:LOW:HIGH[:log|:step=S], int:LOW:HIGH[:log|:step=S], choice:A,B, fixed:V"},
 			&cli.StringFlag{Name: "direction", Usage: "with --param: minimize or maximize"},
 			&cli.StringFlag{Name: "sampler", Usage: "with --param: tpe (default), random, sobol, grid; options as tpe:startup=20"},
 			&cli.StringFlag{Name: "pruner", Usage: "with --param: none (default), median, percentile, asha; options as median:warmup=5"},
