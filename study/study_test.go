@@ -319,8 +319,8 @@ func TestForeignNamesAreNotTrials(t *testing.T) {
 	if len(snap.Trials) != 1 || snap.Trials[0].Score != 1 {
 		t.Errorf("Trials = %+v, want trial 0 only", snap.Trials)
 	}
-	if snap.Foreign < 4 {
-		t.Errorf("Foreign = %d, want at least 4", snap.Foreign)
+	if len(snap.Foreign) < 4 {
+		t.Errorf("Foreign = %v, want at least 4", snap.Foreign)
 	}
 	got, err := List(ctx, st)
 	if err != nil || strings.Join(got, ",") != "s" {

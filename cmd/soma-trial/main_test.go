@@ -444,3 +444,50 @@ func TestSignalLeavesNothingRunning(t *testing.T) {
 		t.Errorf("trial 3: %s, want interrupted", r.State)
 	}
 }
+
+// echoTrial runs soma-trial over study s at root with /bin/echo as the
+// objective (its score: 1), and returns its exit status and output.
+func echoTrial(t *testing.T, root string, flags ...string) (int, string) {
+	t.Helper()
+	args := append([]string{"--root", root, "--study", "s"}, flags...)
+	c := exec.Command(bin, append(args, "--", "/bin/echo", "1")...)
+	out, err := c.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return code, string(out)
+}
+
+// Issue 13, item 1. Bug: with budget 45, `mkdir names/study/s1/trial/46 &&
+// echo hello > names/study/s1/trial/46/0`, then soma-trial --no-wait ran
+// "trial 46 (attempt 1)". Now only trial numbers of the budget run; every
+// foreign name under trial/ is named in a warning, once, and never run.
+func TestForeignTrialNamesAreNeverRun(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root")
+	if code, out := echoTrial(t, root, "--param", "x=float:0:1", "--sampler", "random", "--budget", "3"); code != 0 {
+		t.Fatalf("first run: exit %d\n%s", code, out)
+	}
+	trials := filepath.Join(root, "names", "study", "s", "trial")
+	for _, p := range []string{"3/0", "46/0", "007/0", "-3/0", "junk/0", "1/x"} {
+		p = filepath.Join(trials, filepath.FromSlash(p))
+		os.MkdirAll(filepath.Dir(p), 0o777)
+		if err := os.WriteFile(p, []byte("hello\n"), 0o666); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out := echoTrial(t, root, "--no-wait")
+	if code != 0 || strings.Contains(out, "\ntrial ") || strings.HasPrefix(out, "trial ") {
+		t.Errorf("soma-trial over foreign names: exit %d, want 0 and no trial run:\n%s", code, out)
+	}
+	for _, name := range []string{"trial/3: trial 3 is outside the budget", "trial/46: trial 46 is outside the budget", "trial/007:", "trial/-3:", "trial/junk:"} {
+		if n := strings.Count(out, "warning: study: study/s/"+name); n != 1 {
+			t.Errorf("soma-trial warned %d times of %q, want once:\n%s", n, name, out)
+		}
+	}
+	if !strings.Contains(out, "stopped: the study's budget is reached") {
+		t.Errorf("soma-trial did not stop at the budget:\n%s", out)
+	}
+}

@@ -386,6 +386,7 @@ func (l *loop) claim(ctx context.Context, cs *claimState) claimed {
 		if l.o.MaxTrials > 0 && err != nil {
 			l.taken.Add(-1)
 		}
+		l.warnProblems()
 		switch {
 		case err == nil:
 		case errors.Is(err, study.ErrBudgetReached):
@@ -418,6 +419,22 @@ func (l *loop) claim(ctx context.Context, cs *claimState) claimed {
 		cs.waiting = false
 		cs.backoff = 10 * time.Millisecond
 		return claimed{run: run}
+	}
+}
+
+// warnProblems logs, once each, what the study's looks found wrong in
+// its folder (study.Study.Problems): names that are not its records,
+// which are never run, and records that cannot be read, which end
+// nothing. (Bug: soma-trial passed over both in silence; with a trial's
+// record corrupt it said only "the budget is reached".)
+func (l *loop) warnProblems() {
+	for _, p := range l.st.Problems() {
+		var fe *study.ForeignError
+		if errors.As(p, &fe) {
+			l.logf("soma-trial: warning: %v", p)
+			continue
+		}
+		l.logf("soma-trial: warning: %v (a record that cannot be read ends nothing: its trial is run again)", p)
 	}
 }
 
