@@ -491,3 +491,58 @@ func TestForeignTrialNamesAreNeverRun(t *testing.T) {
 		t.Errorf("soma-trial did not stop at the budget:\n%s", out)
 	}
 }
+
+// Issue 13, item 7. Bug: a sealed record damaged in place (it keeps its
+// sealed mode) was never retried: soma-trial said only "the budget is
+// reached" while soma status showed "1 corrupt". Now soma-trial says what
+// it found (the record's path and why it cannot be read) and runs the
+// trial again.
+func TestDamagedSealedRecordIsRetried(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root")
+	if code, out := echoTrial(t, root, "--param", "x=float:0:1", "--sampler", "random", "--budget", "4"); code != 0 {
+		t.Fatalf("first run: exit %d\n%s", code, out)
+	}
+	p := filepath.Join(root, "names", "study", "s", "trial", "2", "0")
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0) // in place: the mode stays
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("garbage\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	code, out := echoTrial(t, root, "--no-wait")
+	if code != 0 || !strings.Contains(out, "trial 2 (attempt 1) ") || !strings.Contains(out, "stopped: the study's budget is reached") {
+		t.Errorf("soma-trial after the damage: exit %d, want trial 2 run again, then the budget reached:\n%s", code, out)
+	}
+	if want := "warning: fsstore: corrupt study/s/trial/2/0 (" + p + "): "; strings.Count(out, want) != 1 {
+		t.Errorf("soma-trial did not warn once of %q:\n%s", want, out)
+	}
+	s, err := fsstore.Open(root, fsstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := study.Open(context.Background(), s, "s", nil, study.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := st.Trials(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := snap.Counts(); c[study.StateDone] != 4 || len(snap.Corrupt) != 0 {
+		t.Errorf("after the retry: %v, %d corrupt; want 4 done, none corrupt (the latest attempts)", c, len(snap.Corrupt))
+	}
+}
+
+// Bug: a lone soma-trial --no-wait that ran a whole budget said it
+// stopped with "nothing claimable now": its claim of the next trial was
+// made while its own last trial was still being recorded, which it then
+// took for a trial running elsewhere.
+func TestNoWaitRunnerThatEndsTheBudgetSaysSo(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root")
+	code, out := echoTrial(t, root, "--param", "x=float:0:1", "--sampler", "random", "--budget", "6", "--no-wait")
+	if code != 0 || !strings.Contains(out, "ran 6 trials (6 done); stopped: the study's budget is reached") {
+		t.Errorf("soma-trial --no-wait over a whole budget: exit %d\n%s", code, out)
+	}
+}

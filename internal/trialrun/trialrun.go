@@ -274,6 +274,19 @@ func (l *loop) worker(ctx context.Context, w int) (string, error) {
 			// back below like any other that is not to be run.
 			c = take()
 		}
+		if err == nil && c.run == nil && c.reason == "no-work" {
+			// --no-wait, and the claim was made before this attempt's
+			// record was written (prefetched while it ran, or beside
+			// its record): it counted this process's own last trial as
+			// running elsewhere. Ask again once that is recorded. (Bug:
+			// a runner that ended the budget's last trial stopped with
+			// "nothing claimable now" instead of "the budget is
+			// reached"; one that had just retried a damaged record did
+			// so too.)
+			if err = wait(); err == nil {
+				c = l.claim(ctx, &cs)
+			}
+		}
 		if c.run != nil && (err != nil || l.stopped.Load()) {
 			// Claimed while the last one ran or was recorded, and not to
 			// be run: give it back at once rather than let it go stale.
