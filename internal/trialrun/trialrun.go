@@ -485,14 +485,14 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) (record func()
 	}
 	dir := WorkDir(l.root, name, n)
 	if err := l.makeWorkDir(w, dir); err != nil {
-		return nil, fmt.Errorf("soma-trial: trial folder: %w", err)
+		return nil, l.giveBack(ctx, run, fmt.Errorf("trial folder: %w", err), "make the work folder writable")
 	}
 	wl, err := l.workerLog(w)
 	if err != nil {
-		return nil, fmt.Errorf("soma-trial: log: %w", err)
+		return nil, l.giveBack(ctx, run, fmt.Errorf("log: %w", err), "make "+LogDir(l.root, name)+" writable, or free space")
 	}
 	if err := wl.mark("start", n, a); err != nil {
-		return nil, fmt.Errorf("soma-trial: log: %w", err)
+		return nil, l.giveBack(ctx, run, fmt.Errorf("log: %w", err), "make "+LogDir(l.root, name)+" writable, or free space")
 	}
 
 	stop := make(chan objective.Stop, 2)
@@ -599,6 +599,32 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) (record func()
 		return nil, err
 	}
 	return func() error { return l.record(ctx, w, run, res, dir) }, nil
+}
+
+// giveBack ends a claimed attempt whose objective cannot be started
+// because soma-trial itself cannot set it up (cause: its log files or its
+// work folder cannot be made: a read-only folder, ENOSPC), and returns
+// the error that stops the loop, saying what happened and fix.
+//
+// The attempt is recorded interrupted at once, with cause as its reason.
+// (Bug: it stayed running until its lease expired, so the trial sat idle
+// for the grace period and soma status showed it running.) Interrupted,
+// not failed: the objective never ran, so it is not its fault, and a
+// failure would count against max_retries (default 0) and could end the
+// trial for good, unrun, which would leave the budget a trial short of
+// results. An interrupted attempt is retried without limit, and that
+// cannot loop forever on a folder that stays read-only: the loop stops on
+// this error instead of claiming again, so each start of soma-trial costs
+// at most one attempt per worker.
+func (l *loop) giveBack(ctx context.Context, run *study.Run, cause error, fix string) error {
+	n, a := run.Number(), run.Attempt()
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer rcancel()
+	reason := fmt.Sprintf("soma-trial could not start the objective: %v", cause)
+	if ferr := run.Finish(rctx, study.StateInterrupted, math.NaN(), reason); ferr != nil {
+		return fmt.Errorf("trial %s: %w (%s); recording it interrupted failed too, so it stays running until its lease expires: %w", trialLabel(n, a), cause, fix, ferr)
+	}
+	return fmt.Errorf("trial %s: %w (%s); the objective did not run, and the attempt is recorded interrupted, to be retried", trialLabel(n, a), cause, fix)
 }
 
 // record writes how an attempt ended, and its line in the log.
