@@ -3,6 +3,7 @@ package study
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -193,5 +194,56 @@ func TestTrialFolderWithoutAttemptIsClaimed(t *testing.T) {
 				t.Errorf("Next ran %v, want [0 1 2]", ran)
 			}
 		})
+	}
+}
+
+// linkedStore is a real store that answers for one trial folder the way a
+// store that follows no link inside its root answers when that folder is
+// a link (issue 13, item 2): a look below it (Probe, Children) fails with
+// a *fsstore.CorruptError naming the link's path.
+type linkedStore struct {
+	*fsstore.Store
+	dir string // "study/s/trial/1"
+}
+
+func (l *linkedStore) refuse(op, name string) error {
+	return fmt.Errorf("%s %s: %w", op, name, &fsstore.CorruptError{Name: l.dir, Path: filepath.Join(l.Root(), "names", l.dir), Err: errors.New("a symbolic link inside the store")})
+}
+
+func (l *linkedStore) Probe(ctx context.Context, name string) (fsstore.Presence, error) {
+	if strings.HasPrefix(name, l.dir+"/") {
+		return fsstore.Missing, l.refuse("probe", name)
+	}
+	return l.Store.Probe(ctx, name)
+}
+
+func (l *linkedStore) Children(ctx context.Context, prefix string) ([]string, error) {
+	if strings.TrimSuffix(prefix, "/") == l.dir {
+		return nil, l.refuse("children", prefix)
+	}
+	return l.Store.Children(ctx, prefix)
+}
+
+// A trial folder the store will not look into (a link) is one unreadable
+// trial, reported with its path, as a damaged record is: it never fails
+// the whole look (a view of the study, or Next's).
+func TestTrialFolderTheStoreRefusesIsReported(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := doneStudy(t, 3)
+	ls := &linkedStore{Store: st, dir: "study/s/trial/1"}
+	for _, probe := range []bool{false, true} { // a view lists; Next probes
+		s := recOpen(t, ls, "s", nil, 0)
+		snap, err := s.look(ctx, lookFor{trials: true, probe: probe})
+		if err != nil {
+			t.Fatalf("look (probe %v) = %v, want trial 1 reported, not the look failed", probe, err)
+		}
+		var ce *fsstore.CorruptError
+		if len(snap.Corrupt) != 1 || !errors.As(snap.Corrupt[0], &ce) || ce.Path != filepath.Join(st.Root(), "names", "study", "s", "trial", "1") {
+			t.Errorf("look (probe %v): Corrupt = %v, want trial 1's folder, by path", probe, snap.Corrupt)
+		}
+		if len(snap.Trials) != 2 || snap.Trials[1].Number != 2 {
+			t.Errorf("look (probe %v): %d trials, want 0 and 2", probe, len(snap.Trials))
+		}
 	}
 }

@@ -116,7 +116,14 @@ func (s *Study) loadPacks(ctx context.Context, snap *Snapshot) error {
 		return nil
 	}
 	kids, err := s.store.Children(ctx, s.names.packs())
-	if err != nil {
+	var ce *fsstore.CorruptError
+	switch {
+	case errors.As(err, &ce):
+		// The pack folder is not soma's (a link, say): no pack is read
+		// through it; the trials are read from their folders.
+		snap.Corrupt = append(snap.Corrupt, ce)
+		return nil
+	case err != nil:
 		return fmt.Errorf("study %s: packs: %w", s.name, err)
 	}
 	s.mu.Lock()

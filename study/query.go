@@ -269,6 +269,19 @@ type trialRead struct {
 	fatal      error   // the read itself failed
 }
 
+// fail notes err, from a look at the trial's folder (Probe, Children):
+// a *fsstore.CorruptError (a link or a special file where a folder or a
+// record belongs, say) makes the trial unreadable, reported with its path
+// like a record that cannot be read; any other error fails the read.
+func (res *trialRead) fail(err error) {
+	var ce *fsstore.CorruptError
+	if errors.As(err, &ce) {
+		res.err = ce
+		return
+	}
+	res.fatal = err
+}
+
 // readLatest reads trial n's highest attempt: one listing of its folder
 // and one record. With probe, it finds the highest attempt by looking for
 // the one after the highest it knows instead (attempts are claimed in
@@ -299,7 +312,8 @@ func (s *Study) readLatest(ctx context.Context, n int, probe, hints bool) trialR
 			// attempt either (attempts are claimed in order).
 			p, err := s.store.Probe(ctx, s.names.attempt(n, a))
 			if err != nil {
-				res.fatal = err
+				res.attempt = a
+				res.fail(err)
 				return res
 			}
 			res.attempt = a
@@ -315,7 +329,8 @@ func (s *Study) readLatest(ctx context.Context, n int, probe, hints bool) trialR
 		for {
 			p, err := s.store.Probe(ctx, s.names.attempt(n, a+1))
 			if err != nil {
-				res.fatal = err
+				res.attempt = a
+				res.fail(err)
 				return res
 			}
 			if p == fsstore.Missing {
@@ -332,7 +347,7 @@ func (s *Study) readLatest(ctx context.Context, n int, probe, hints bool) trialR
 	} else {
 		kids, err := s.store.Children(ctx, s.names.trial(n))
 		if err != nil {
-			res.fatal = err
+			res.fail(err)
 			return res
 		}
 		for _, k := range kids {
@@ -464,7 +479,13 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 		return nil, err
 	}
 	kids, err := s.store.Children(ctx, s.names.trials())
-	if err != nil {
+	var ce *fsstore.CorruptError
+	switch {
+	case errors.As(err, &ce):
+		// The trial folder itself is not soma's (a link, say): reported,
+		// and no trial is read through it.
+		snap.Corrupt = append(snap.Corrupt, ce)
+	case err != nil:
 		return nil, fmt.Errorf("study %s: %w", s.name, err)
 	}
 	present := make([]int, 0, len(kids))
