@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"time"
@@ -479,9 +478,6 @@ func (s *Study) claimAttempt(ctx context.Context, n, a int, p Point, fails int, 
 	s.highest[n] = max(s.highest[n], a)
 	s.mu.Unlock()
 	if !won {
-		if os.Getenv("XDBG") != "" {
-			fmt.Fprintf(os.Stderr, "XDBG lost %d.%d at %s\n", n, a, time.Now().Format("15:04:05.000"))
-		}
 		return nil, &TakenError{Study: s.name, Trial: n, Attempt: a, State: StateRunning}
 	}
 	return &Run{s: s, number: n, attempt: a, point: p, f: f, blob: empty}, nil
