@@ -604,7 +604,7 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) (record func()
 // giveBack ends a claimed attempt whose objective cannot be started
 // because soma-trial itself cannot set it up (cause: its log files or its
 // work folder cannot be made: a read-only folder, ENOSPC), and returns
-// the error that stops the loop, saying what happened and fix.
+// the error that stops the loop, saying what happened and the fix.
 //
 // The attempt is recorded interrupted at once, with cause as its reason.
 // (Bug: it stayed running until its lease expired, so the trial sat idle
