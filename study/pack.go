@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strconv"
@@ -73,6 +74,26 @@ type PackReport struct {
 type packCache struct {
 	loaded  map[string]packInfo // pack name -> what it holds
 	covered map[int]bool        // trials held by some pack
+	// foreign: per loaded pack, the records it holds that are not trials
+	// of the budget (*ForeignError), reported by every look.
+	foreign map[string][]error
+}
+
+// packIDLen is the length of a pack's name in the pack folder: the first
+// hex digits of its digest (writePack).
+const packIDLen = 32
+
+// isPackID reports whether id could be a pack's name (writePack).
+func isPackID(id string) bool {
+	if len(id) != packIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 type packInfo struct {
@@ -95,26 +116,42 @@ func (s *Study) loadPacks(ctx context.Context, snap *Snapshot) error {
 		return nil
 	}
 	kids, err := s.store.Children(ctx, s.names.packs())
-	if err != nil {
+	var ce *fsstore.CorruptError
+	switch {
+	case errors.As(err, &ce):
+		// The pack folder is not soma's (a link, say): no pack is read
+		// through it; the trials are read from their folders.
+		snap.Corrupt = append(snap.Corrupt, ce)
+		return nil
+	case err != nil:
 		return fmt.Errorf("study %s: packs: %w", s.name, err)
 	}
 	s.mu.Lock()
 	var todo []string
 	for _, k := range kids {
 		name := s.names.pack(k)
+		if !isPackID(k) {
+			// Not a name writePack makes: not read, reported.
+			snap.Foreign = append(snap.Foreign, &ForeignError{Name: name, Why: fmt.Sprintf("%q is not a pack name (%d hex digits)", k, packIDLen)})
+			continue
+		}
 		if _, ok := s.packs.loaded[name]; !ok {
 			todo = append(todo, name)
 		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.packs.foreign)) {
+		snap.Foreign = append(snap.Foreign, s.packs.foreign[name]...)
 	}
 	s.mu.Unlock()
 	if len(todo) == 0 {
 		return nil
 	}
 	type loaded struct {
-		info packInfo
-		recs []Record
-		err  error // unreadable pack
-		gone bool
+		info    packInfo
+		recs    []Record
+		err     error // unreadable pack
+		gone    bool
+		foreign []error // records of trials outside the budget
 	}
 	res := make([]loaded, len(todo))
 	forEach(ctx, len(todo), 4, func(i int) {
@@ -142,6 +179,16 @@ func (s *Study) loadPacks(ctx context.Context, snap *Snapshot) error {
 			res[i].err = &RecordError{Name: todo[i], Err: err}
 			return
 		}
+		// Only trials of the budget count (look); soma packs no other,
+		// but a pack written while it still ran trials past the budget
+		// (a bug) may hold some.
+		recs = slices.DeleteFunc(recs, func(r Record) bool {
+			if r.Number < s.limit {
+				return false
+			}
+			res[i].foreign = append(res[i].foreign, &ForeignError{Name: todo[i], Why: fmt.Sprintf("holds trial %d, outside the budget (trials 0 to %d); that record is ignored", r.Number, s.limit-1)})
+			return true
+		})
 		res[i].recs = recs
 		res[i].info.level = level
 		res[i].info.trials = make([]int, len(recs))
@@ -174,6 +221,10 @@ func (s *Study) loadPacks(ctx context.Context, snap *Snapshot) error {
 			continue
 		}
 		s.packs.loaded[todo[i]] = r.info
+		if len(r.foreign) > 0 {
+			s.packs.foreign[todo[i]] = r.foreign
+			snap.Foreign = append(snap.Foreign, r.foreign...)
+		}
 		// s.highest is not kept for packed trials: it only guards reads of
 		// trials that have not ended (readLatest), and a trial in s.final
 		// is never read from its folder again.
@@ -343,6 +394,7 @@ func (s *Study) mergePacks(ctx context.Context, group []string, level int) (int,
 		}
 		s.mu.Lock()
 		delete(s.packs.loaded, name)
+		delete(s.packs.foreign, name)
 		s.mu.Unlock()
 		merged++
 	}

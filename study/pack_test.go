@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -224,15 +226,21 @@ func TestCorruptPackIsReportedAndSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, _ := st.Put(ctx, []byte("soma-study-pack 1 s\nnot a record\n"))
-	if _, err := st.Bind(ctx, "study/s/pack/bad", d, fsstore.Meta{{Key: keyKind, Value: kindPack}}); err != nil {
-		t.Fatal(err)
+	// Named like a pack (corrupt), and not (foreign: not read at all).
+	for _, name := range []string{"study/s/pack/0123456789abcdef0123456789abcdef", "study/s/pack/bad"} {
+		if _, err := st.Bind(ctx, name, d, fsstore.Meta{{Key: keyKind, Value: kindPack}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	snap, err := recOpen(t, st, "s", nil, 0).Trials(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(snap.Trials) != 6 || len(snap.Corrupt) != 1 {
+	if len(snap.Trials) != 6 || len(snap.Corrupt) != 1 || !strings.Contains(snap.Corrupt[0].Error(), "0123456789abcdef") {
 		t.Errorf("Trials %d, Corrupt %v; want 6 and the bad pack", len(snap.Trials), snap.Corrupt)
+	}
+	if got := foreignNames(snap.Foreign); !slices.Equal(got, []string{"study/s/pack/bad"}) {
+		t.Errorf("Foreign = %q, want the stray file in the pack folder", got)
 	}
 }
 

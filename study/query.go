@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
@@ -37,9 +38,15 @@ type Snapshot struct {
 	// could not be read: *RecordError or *fsstore.CorruptError values.
 	// They are counted, never results.
 	Corrupt []error
-	// Foreign counts names under the study's trial folder that are not
-	// trial records (stray files, editor droppings); they are ignored.
-	Foreign int
+	// Foreign lists the names under the study's trial and pack folders
+	// that are not its records (*ForeignError values: stray files, editor
+	// droppings, trial numbers outside the budget), by name. They are
+	// never run, retried, counted, or results. (Bug: a trial folder
+	// numbered past the budget was read, retried and run like any other,
+	// and views counted it: "46 of 45 ended".) A look that probes for
+	// attempts (Next) does not list the trials' folders, so it reports
+	// only what the trial folder's own listing shows.
+	Foreign []error
 
 	present []int       // trial numbers listed in the store, sorted (shared: read only)
 	learned *Study      // whose learned numbers (claims, lost races) count as present too
@@ -256,10 +263,23 @@ type trialRead struct {
 	n, attempt int
 	rec        Record
 	found      bool
-	sealed     bool // with hints: the latest attempt is sealed (ended); rec not read
-	foreign    int
-	err        error // *RecordError or *fsstore.CorruptError: unreadable record
-	fatal      error // the read itself failed
+	sealed     bool    // with hints: the latest attempt is sealed (ended); rec not read
+	foreign    []error // *ForeignError: names in the trial's folder that are not attempts
+	err        error   // *RecordError or *fsstore.CorruptError: unreadable record
+	fatal      error   // the read itself failed
+}
+
+// fail notes err, from a look at the trial's folder (Probe, Children):
+// a *fsstore.CorruptError (a link or a special file where a folder or a
+// record belongs, say) makes the trial unreadable, reported with its path
+// like a record that cannot be read; any other error fails the read.
+func (res *trialRead) fail(err error) {
+	var ce *fsstore.CorruptError
+	if errors.As(err, &ce) {
+		res.err = ce
+		return
+	}
+	res.fatal = err
 }
 
 // readLatest reads trial n's highest attempt: one listing of its folder
@@ -292,7 +312,8 @@ func (s *Study) readLatest(ctx context.Context, n int, probe, hints bool) trialR
 			// attempt either (attempts are claimed in order).
 			p, err := s.store.Probe(ctx, s.names.attempt(n, a))
 			if err != nil {
-				res.fatal = err
+				res.attempt = a
+				res.fail(err)
 				return res
 			}
 			res.attempt = a
@@ -308,7 +329,8 @@ func (s *Study) readLatest(ctx context.Context, n int, probe, hints bool) trialR
 		for {
 			p, err := s.store.Probe(ctx, s.names.attempt(n, a+1))
 			if err != nil {
-				res.fatal = err
+				res.attempt = a
+				res.fail(err)
 				return res
 			}
 			if p == fsstore.Missing {
@@ -325,13 +347,13 @@ func (s *Study) readLatest(ctx context.Context, n int, probe, hints bool) trialR
 	} else {
 		kids, err := s.store.Children(ctx, s.names.trial(n))
 		if err != nil {
-			res.fatal = err
+			res.fail(err)
 			return res
 		}
 		for _, k := range kids {
 			a, ok := parseNumber(k)
 			if !ok {
-				res.foreign++
+				res.foreign = append(res.foreign, &ForeignError{Name: s.names.trial(n) + "/" + k, Why: "attempt name " + strconv.Quote(k) + " is not an attempt number"})
 				continue
 			}
 			res.attempt = max(res.attempt, a)
@@ -457,17 +479,28 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 		return nil, err
 	}
 	kids, err := s.store.Children(ctx, s.names.trials())
-	if err != nil {
+	var ce *fsstore.CorruptError
+	switch {
+	case errors.As(err, &ce):
+		// The trial folder itself is not soma's (a link, say): reported,
+		// and no trial is read through it.
+		snap.Corrupt = append(snap.Corrupt, ce)
+	case err != nil:
 		return nil, fmt.Errorf("study %s: %w", s.name, err)
 	}
 	present := make([]int, 0, len(kids))
 	for _, k := range kids {
 		n, ok := parseNumber(k)
-		if !ok {
-			snap.Foreign++
-			continue
+		switch {
+		case !ok:
+			snap.Foreign = append(snap.Foreign, &ForeignError{Name: s.names.trials() + "/" + k, Why: "trial name " + strconv.Quote(k) + " is not a trial number"})
+		case n >= s.limit:
+			// Only numbers the budget allows are ever claimed, retried
+			// or counted: a folder past it was not made by soma.
+			snap.Foreign = append(snap.Foreign, &ForeignError{Name: s.names.trial(n), Why: fmt.Sprintf("trial %d is outside the budget (trials 0 to %d)", n, s.limit-1)})
+		default:
+			present = append(present, n)
 		}
-		present = append(present, n)
 	}
 	slices.Sort(present)
 	s.mu.Lock()
@@ -480,7 +513,9 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 		}
 		present = mergeInts(present, ended)
 	}
-	s.listed, s.listForeign = present, snap.Foreign
+	// Clipped: this look appends more to its own list; the next quick
+	// looks share this one.
+	s.listed, s.listForeign = present, slices.Clip(snap.Foreign)
 	maps.DeleteFunc(s.learned, func(n int, _ bool) bool {
 		_, ok := slices.BinarySearch(present, n)
 		return ok
@@ -520,8 +555,9 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 	defer s.mu.Unlock()
 	var open []Record  // trials that have not ended
 	var ended []Record // and those that have, cached at once (addFinals)
+	var empty []int    // listed trials with no attempt found
 	for _, rd := range reads {
-		snap.Foreign += rd.foreign
+		snap.Foreign = append(snap.Foreign, rd.foreign...)
 		if rd.fatal != nil {
 			return nil, fmt.Errorf("study %s: trial %d: %w", s.name, rd.n, rd.fatal)
 		}
@@ -538,6 +574,7 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 			continue
 		}
 		if !rd.found {
+			empty = append(empty, rd.n)
 			continue
 		}
 		r := rd.rec
@@ -551,6 +588,23 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 		ended = append(ended, r)
 	}
 	s.addFinals(ended)
+	if len(empty) > 0 {
+		// A trial folder with no attempt in it is not taken: a claim
+		// makes the folder, then links the attempt, and one that died
+		// in between (or a hand's mkdir, or a stray file in it) left
+		// the folder alone. Counted present, its trial was never
+		// claimed, and a runner waited forever for it to end. It is
+		// claimed like a free number now; if its claim is being made
+		// right now, or a listing lags, the link decides (ErrTaken).
+		slices.Sort(empty)
+		present = slices.DeleteFunc(slices.Clone(present), func(n int) bool {
+			_, found := slices.BinarySearch(empty, n)
+			return found
+		})
+		s.listed = present
+	}
+	s.notice(snap.Foreign)
+	s.notice(snap.Corrupt)
 	slices.SortFunc(open, func(x, y Record) int { return x.Number - y.Number })
 	snap.present, snap.open = present, open
 	s.lastOpen, s.listedAt, s.listTook = open, start, time.Since(start)

@@ -149,6 +149,22 @@ type RecordError struct {
 func (e *RecordError) Error() string { return fmt.Sprintf("study: record %s: %v", e.Name, e.Err) }
 func (e *RecordError) Unwrap() error { return e.Err }
 
+// ForeignError is a name under a study's trial or pack folder that is not
+// one of its records: a trial name that is not a trial number ("abc",
+// "007", "-3"), a trial number outside the budget, an attempt name that is
+// not a number, a stray file among the packs. soma never writes such a
+// name, so something else put it there (a hand edit, a copy of another
+// study, a tool). It is reported by name and otherwise left alone: never
+// run, retried, counted, or a result.
+type ForeignError struct {
+	Name string // the name in the store ("study/s/trial/46")
+	Why  string // what makes it foreign
+}
+
+func (e *ForeignError) Error() string {
+	return fmt.Sprintf("study: %s: %s: not a record of this study, never run or counted (move it out of the study's folder)", e.Name, e.Why)
+}
+
 // names of one study in the store.
 type names struct{ study string }
 

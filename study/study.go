@@ -166,10 +166,46 @@ type Study struct {
 	// and the trial numbers learned since: claimed here, or found taken.
 	listed      []int
 	lastOpen    []Record
-	listForeign int
+	listForeign []error
 	listedAt    time.Time
 	listTook    time.Duration
 	learned     map[int]bool
+
+	// Problems met by looks and not yet returned by Problems, and the
+	// messages of all those met, so that each is returned once.
+	problems []error
+	noticed  map[string]bool
+}
+
+// Problems returns what this Study's looks have found wrong in the
+// study's folder since the last call, each once for the Study's life:
+// names that are not its records (*ForeignError) and records that cannot
+// be read (*RecordError, *fsstore.CorruptError; such a record ends
+// nothing, so Next retries its trial). Views read Snapshot.Foreign and
+// Snapshot.Corrupt instead; a runner that only calls Next (soma-trial)
+// reports these, so that it never passes over them in silence.
+func (s *Study) Problems() []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.problems
+	s.problems = nil
+	return out
+}
+
+// notice queues errs for Problems, skipping those already queued once.
+// The caller holds s.mu.
+func (s *Study) notice(errs []error) {
+	for _, err := range errs {
+		msg := err.Error()
+		if s.noticed[msg] {
+			continue
+		}
+		if s.noticed == nil {
+			s.noticed = make(map[string]bool)
+		}
+		s.noticed[msg] = true
+		s.problems = append(s.problems, err)
+	}
 }
 
 // learn notes that trial n exists (claimed here or found taken), for
@@ -311,7 +347,7 @@ func newStudy(store Store, name string, spec *Spec, opts Options) (*Study, error
 		sealed:  make(map[int]int),
 		highest: make(map[int]int),
 		curves:  make(map[fsstore.Digest]curveBlob),
-		packs:   packCache{loaded: make(map[string]packInfo), covered: make(map[int]bool)},
+		packs:   packCache{loaded: make(map[string]packInfo), covered: make(map[int]bool), foreign: make(map[string][]error)},
 	}
 	if size, finite := spec.Space.Size(); finite {
 		s.dedup = true

@@ -23,7 +23,9 @@ when each was last seen; then the best N trials and the running ones as
 aligned tables. With several studies in the root, one line per study.
 
 Unreadable (corrupt) records are counted and listed, never results, and
-never stop the view. Stray files among the records are ignored.
+never stop the view. Names among the records that are not the study's
+(a trial number outside the budget, a name that is not a number, a stray
+file) are listed as foreign: never run, never counted.
 
 --watch refreshes the view as the folder changes. On a local filesystem
 it uses inotify (fsnotify); on a network filesystem (NFS, Lustre, GPFS,

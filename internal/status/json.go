@@ -93,7 +93,7 @@ studies[].counts.interrupted integer      stopped by a signal; will be retried
 studies[].counts.stale      integer       running, but silent for longer than the lease; will be retried
 studies[].counts.ended      integer       done, pruned, or failed with no retry left
 studies[].counts.corrupt    integer       records that could not be read (never results)
-studies[].counts.foreign    integer       stray files among the trial records (ignored)
+studies[].counts.foreign    integer       names in the trial and pack folders that are not the study's records (never run or counted)
 studies[].best              trial|null    the best done trial; null before any is done, or with no direction
 studies[].pace              object        speed and ETA
 studies[].pace.trials_per_hour number|null trials ended per hour (last hour, or since start, or all time)
@@ -119,6 +119,8 @@ studies[].trials?           array         every trial, by number (only with --al
 studies[].trials[]          trial         one trial
 studies[].problems          array         one line per unreadable record
 studies[].problems[]        string        what is wrong and where
+studies[].foreign           array         one line per foreign name: a trial number outside the budget, a name that is not a number...
+studies[].foreign[]         string        the name and what makes it foreign
 studies[].packs             integer       packs holding ended trials (see soma gc)
 studies[].last_activity     string|null   newest record time
 trial                       object        a trial's latest attempt (in best, top, running and trials):

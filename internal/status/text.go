@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -158,18 +159,19 @@ func writeProblems(b *bytes.Buffer, v *View, verbose bool) {
 		parts = append(parts, fmt.Sprintf("%d corrupt records (counted, never results)", c.Corrupt))
 	}
 	if c.Foreign > 0 {
-		parts = append(parts, fmt.Sprintf("%d stray files among the trial records (ignored)", c.Foreign))
+		parts = append(parts, fmt.Sprintf("%d foreign names among the records (never run or counted)", c.Foreign))
 	}
 	fmt.Fprintf(b, "problems %s\n", strings.Join(parts, " · "))
-	show := v.Problems
+	all := append(slices.Clip(v.Problems), v.Foreign...)
+	show := all
 	if !verbose && len(show) > 3 {
 		show = show[:3]
 	}
 	for _, p := range show {
 		fmt.Fprintf(b, "  %s\n", p)
 	}
-	if len(show) < len(v.Problems) {
-		fmt.Fprintf(b, "  … %d more (--verbose lists them)\n", len(v.Problems)-len(show))
+	if len(show) < len(all) {
+		fmt.Fprintf(b, "  … %d more (--verbose lists them)\n", len(all)-len(show))
 	}
 }
 
@@ -315,6 +317,9 @@ func WriteSummaries(w io.Writer, root string, views []*View) error {
 		extra := ""
 		if c.Corrupt > 0 {
 			extra = fmt.Sprintf(" (%d corrupt)", c.Corrupt)
+		}
+		if c.Foreign > 0 {
+			extra += fmt.Sprintf(" (%d foreign)", c.Foreign)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s%s\n", v.Name, v.Direction, c.Ended, v.Budget,
 			c.Done, c.Pruned, c.Failed, c.Running, c.Stale, best, pace, last, extra)

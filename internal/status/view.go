@@ -44,6 +44,10 @@ type View struct {
 	Trials []Row `json:"trials,omitempty"`
 	// Problems has one line per record that could not be read.
 	Problems []string `json:"problems"`
+	// Foreign has one line per name in the study's trial and pack
+	// folders that is not one of its records (study.ForeignError): never
+	// run, retried or counted.
+	Foreign []string `json:"foreign"`
 	// Packs is the number of packs that hold ended trials.
 	Packs int `json:"packs"`
 	// LastActivity is the newest record time (nil: no trial yet).
@@ -73,7 +77,8 @@ type Counts struct {
 	// and failed with no retry left.
 	Ended int `json:"ended"`
 	// Corrupt counts records that could not be read (never results);
-	// Foreign counts stray files among the trial records (ignored).
+	// Foreign counts the names in the trial and pack folders that are not
+	// the study's records (View.Foreign lists them).
 	Corrupt int `json:"corrupt"`
 	Foreign int `json:"foreign"`
 }
@@ -176,13 +181,17 @@ func FromSnapshot(st *study.Study, snap *study.Snapshot, o Options) *View {
 		Top:        []Row{},
 		Running:    []Row{},
 		Problems:   []string{},
+		Foreign:    []string{},
 	}
 	c := &v.Counts
 	c.Total = len(snap.Trials)
 	c.Corrupt = len(snap.Corrupt)
-	c.Foreign = snap.Foreign
+	c.Foreign = len(snap.Foreign)
 	for _, e := range snap.Corrupt {
 		v.Problems = append(v.Problems, oneLine(e.Error()))
+	}
+	for _, e := range snap.Foreign {
+		v.Foreign = append(v.Foreign, oneLine(e.Error()))
 	}
 	rows := make(map[int]Row) // rows made so far, by trial
 	row := func(r *study.Record) Row {

@@ -3,8 +3,10 @@ package trialrun
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -188,5 +190,57 @@ func TestSignalGivesBackThePrefetchedClaim(t *testing.T) {
 	}
 	if c := snap.Counts(); c[study.StateRunning] != 0 {
 		t.Errorf("counts %v, want nothing left running", c)
+	}
+}
+
+// Issue 13, item 7. Bug: a claimed trial whose log could not be opened
+// (a read-only logs folder, ENOSPC) stopped the loop and stayed running
+// until its lease expired. Now its attempt is recorded interrupted at
+// once, with the reason, and the loop stops: a folder that stays broken
+// costs one attempt per worker and start of soma-trial, never a loop, and
+// no trial is failed for what was not its objective's fault. The log is
+// made unopenable with a folder where its file goes (EISDIR): chmod does
+// not stop root, and a read-only mount needs privileges.
+func TestLogThatCannotBeOpenedGivesTheTrialBack(t *testing.T) {
+	for _, parallel := range []int{1, 2} {
+		t.Run(strconv.Itoa(parallel), func(t *testing.T) {
+			ctx := context.Background()
+			root, store, spec := newLoopStore(t, 4)
+			st, err := study.Open(ctx, store, "s", spec, study.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			who := study.Who{Host: "h", PID: os.Getpid()}
+			for w := range parallel {
+				if err := os.MkdirAll(filepath.Join(LogDir(root, "s"), fmt.Sprintf("h.%d.%d.out", who.PID, w)), 0o777); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var log strings.Builder
+			o := Options{Argv: []string{"/bin/echo", "1"}, Trial: -1, Parallel: parallel, Who: who, Log: &log}
+			_, err = Run(ctx, st, root, o, nil)
+			if err == nil || !strings.Contains(err.Error(), "is a directory") || !strings.Contains(err.Error(), "recorded interrupted") {
+				t.Errorf("Run = %v, want the log's error, saying the attempt is recorded interrupted", err)
+			}
+			recs, _, err := st.Attempts(ctx, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(recs) != parallel {
+				t.Errorf("%d attempts recorded, want %d (one per worker: the loop stops)", len(recs), parallel)
+			}
+			for _, r := range recs {
+				if r.State != study.StateInterrupted || !strings.Contains(r.Reason, "is a directory") || r.Failures != 0 {
+					t.Errorf("trial %d.%d = %s, %d failures, reason %q; want interrupted with the log's error, no failure counted", r.Number, r.Attempt, r.State, r.Failures, r.Reason)
+				}
+			}
+			// Once the folder is fixed, the trials are run again at once
+			// (no lease to wait for), and the budget ends.
+			os.RemoveAll(LogDir(root, "s"))
+			sum, err := Run(ctx, st, root, o, nil)
+			if err != nil || sum.Stopped != "budget" || sum.States["done"] != 4 {
+				t.Fatalf("Run after the fix = %+v, %v; want 4 done, the budget reached", sum, err)
+			}
+		})
 	}
 }

@@ -274,6 +274,19 @@ func (l *loop) worker(ctx context.Context, w int) (string, error) {
 			// back below like any other that is not to be run.
 			c = take()
 		}
+		if err == nil && c.run == nil && c.reason == "no-work" {
+			// --no-wait, and the claim was made before this attempt's
+			// record was written (prefetched while it ran, or beside
+			// its record): it counted this process's own last trial as
+			// running elsewhere. Ask again once that is recorded. (Bug:
+			// a runner that ended the budget's last trial stopped with
+			// "nothing claimable now" instead of "the budget is
+			// reached"; one that had just retried a damaged record did
+			// so too.)
+			if err = wait(); err == nil {
+				c = l.claim(ctx, &cs)
+			}
+		}
 		if c.run != nil && (err != nil || l.stopped.Load()) {
 			// Claimed while the last one ran or was recorded, and not to
 			// be run: give it back at once rather than let it go stale.
@@ -386,6 +399,7 @@ func (l *loop) claim(ctx context.Context, cs *claimState) claimed {
 		if l.o.MaxTrials > 0 && err != nil {
 			l.taken.Add(-1)
 		}
+		l.warnProblems()
 		switch {
 		case err == nil:
 		case errors.Is(err, study.ErrBudgetReached):
@@ -418,6 +432,22 @@ func (l *loop) claim(ctx context.Context, cs *claimState) claimed {
 		cs.waiting = false
 		cs.backoff = 10 * time.Millisecond
 		return claimed{run: run}
+	}
+}
+
+// warnProblems logs, once each, what the study's looks found wrong in
+// its folder (study.Study.Problems): names that are not its records,
+// which are never run, and records that cannot be read, which end
+// nothing. (Bug: soma-trial passed over both in silence; with a trial's
+// record corrupt it said only "the budget is reached".)
+func (l *loop) warnProblems() {
+	for _, p := range l.st.Problems() {
+		var fe *study.ForeignError
+		if errors.As(p, &fe) {
+			l.logf("soma-trial: warning: %v", p)
+			continue
+		}
+		l.logf("soma-trial: warning: %v (a record that cannot be read ends nothing: its trial is run again)", p)
 	}
 }
 
@@ -455,14 +485,14 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) (record func()
 	}
 	dir := WorkDir(l.root, name, n)
 	if err := l.makeWorkDir(w, dir); err != nil {
-		return nil, fmt.Errorf("soma-trial: trial folder: %w", err)
+		return nil, l.giveBack(ctx, run, fmt.Errorf("trial folder: %w", err), "make the work folder writable")
 	}
 	wl, err := l.workerLog(w)
 	if err != nil {
-		return nil, fmt.Errorf("soma-trial: log: %w", err)
+		return nil, l.giveBack(ctx, run, fmt.Errorf("log: %w", err), "make "+LogDir(l.root, name)+" writable, or free space")
 	}
 	if err := wl.mark("start", n, a); err != nil {
-		return nil, fmt.Errorf("soma-trial: log: %w", err)
+		return nil, l.giveBack(ctx, run, fmt.Errorf("log: %w", err), "make "+LogDir(l.root, name)+" writable, or free space")
 	}
 
 	stop := make(chan objective.Stop, 2)
@@ -569,6 +599,32 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) (record func()
 		return nil, err
 	}
 	return func() error { return l.record(ctx, w, run, res, dir) }, nil
+}
+
+// giveBack ends a claimed attempt whose objective cannot be started
+// because soma-trial itself cannot set it up (cause: its log files or its
+// work folder cannot be made: a read-only folder, ENOSPC), and returns
+// the error that stops the loop, saying what happened and the fix.
+//
+// The attempt is recorded interrupted at once, with cause as its reason.
+// (Bug: it stayed running until its lease expired, so the trial sat idle
+// for the grace period and soma status showed it running.) Interrupted,
+// not failed: the objective never ran, so it is not its fault, and a
+// failure would count against max_retries (default 0) and could end the
+// trial for good, unrun, which would leave the budget a trial short of
+// results. An interrupted attempt is retried without limit, and that
+// cannot loop forever on a folder that stays read-only: the loop stops on
+// this error instead of claiming again, so each start of soma-trial costs
+// at most one attempt per worker.
+func (l *loop) giveBack(ctx context.Context, run *study.Run, cause error, fix string) error {
+	n, a := run.Number(), run.Attempt()
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer rcancel()
+	reason := fmt.Sprintf("soma-trial could not start the objective: %v", cause)
+	if ferr := run.Finish(rctx, study.StateInterrupted, math.NaN(), reason); ferr != nil {
+		return fmt.Errorf("trial %s: %w (%s); recording it interrupted failed too, so it stays running until its lease expires: %w", trialLabel(n, a), cause, fix, ferr)
+	}
+	return fmt.Errorf("trial %s: %w (%s); the objective did not run, and the attempt is recorded interrupted, to be retried", trialLabel(n, a), cause, fix)
 }
 
 // record writes how an attempt ended, and its line in the log.
