@@ -98,6 +98,7 @@ type EnvPool struct {
 	dir      string
 	python   string // as configured
 	interp   interpreter
+	basePip  bool // the interpreter's own pip can install into a venv (pip >= 22.3, --python)
 	maxBytes int64
 	log      *slog.Logger
 
@@ -190,7 +191,7 @@ func NewEnvPool(o EnvOptions) (*EnvPool, error) {
 			return nil, fmt.Errorf("worker: env pool: %w", err)
 		}
 	}
-	p := &EnvPool{dir: dir, python: o.Python, interp: interp, maxBytes: o.MaxBytes, log: o.Logger, poll: 50 * time.Millisecond}
+	p := &EnvPool{dir: dir, python: o.Python, interp: interp, basePip: hasPipPython(o.Python), maxBytes: o.MaxBytes, log: o.Logger, poll: 50 * time.Millisecond}
 	if p.maxBytes == 0 {
 		p.maxBytes = DefaultEnvMaxBytes
 	}
@@ -231,6 +232,31 @@ func identify(python string) (interpreter, error) {
 	sys := st.Sys().(*syscall.Stat_t)
 	id.Dev, id.Ino, id.Size, id.MtimeNS = uint64(sys.Dev), sys.Ino, st.Size(), st.ModTime().UnixNano()
 	return id, nil
+}
+
+// hasPipPython reports whether python's own pip has --python (pip 22.3,
+// https://pip.pypa.io/en/stable/news/#v22-3): it can then install into a
+// venv made --without-pip, which skips ensurepip, the slowest step of a
+// small build (measured here: 20 s of a 25 s build on a loaded machine).
+func hasPipPython(python string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, "-m", "pip", "--version")
+	cmd.Env = append(os.Environ(), "PYTHONNOUSERSITE=1") // as the build runs it
+	out, err := cmd.Output()
+	if err != nil {
+		return false
+	}
+	// "pip 23.0.1 from /usr/lib/python3/dist-packages/pip (python 3.11)"
+	f := strings.Fields(string(out))
+	if len(f) < 2 || f[0] != "pip" {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(f[1], "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 22 || major == 22 && minor >= 3
 }
 
 // projectName matches the name at the start of a PEP 508 requirement.
@@ -495,14 +521,18 @@ func (p *EnvPool) build(ctx context.Context, key string, n EnvSpec) (env *Env, e
 	if n.SystemSitePackages {
 		venv = append(venv, "--system-site-packages")
 	}
-	if len(n.Requirements) == 0 {
-		venv = append(venv, "--without-pip") // nothing to install; skips ensurepip's second or two
+	if len(n.Requirements) == 0 || p.basePip {
+		venv = append(venv, "--without-pip") // pip comes from the interpreter, or is not needed
 	}
 	if err := p.run(ctx, exec.CommandContext(ctx, p.python, append(venv, dir)...), key, "venv", ""); err != nil {
 		return nil, err
 	}
 	if len(n.Requirements) > 0 {
-		args := []string{"-m", "pip", "install", "--no-input", "--disable-pip-version-check"}
+		python, args := filepath.Join(dir, "bin", "python"), []string{"-m", "pip"}
+		if p.basePip {
+			python, args = p.python, append(args, "--python", filepath.Join(dir, "bin", "python"))
+		}
+		args = append(args, "install", "--no-input", "--disable-pip-version-check")
 		if n.NoIndex {
 			args = append(args, "--no-index")
 		}
@@ -513,7 +543,7 @@ func (p *EnvPool) build(ctx context.Context, key string, n EnvSpec) (env *Env, e
 			args = append(args, "--index-url", n.IndexURL)
 		}
 		args = append(args, n.Requirements...)
-		cmd := exec.CommandContext(ctx, filepath.Join(dir, "bin", "python"), args...)
+		cmd := exec.CommandContext(ctx, python, args...)
 		if err := p.run(ctx, cmd, key, "pip install", dir); err != nil {
 			return nil, err
 		}

@@ -114,6 +114,24 @@ func TestEnvPool(t *testing.T) {
 		}
 	})
 
+	// An interpreter without pip >= 22.3 (a cluster's bare Python)
+	// builds with the venv's own pip, from ensurepip.
+	t.Run("with the venv's own pip", func(t *testing.T) {
+		p, pips := newTestPool(t, t.TempDir(), 0)
+		p.basePip = false
+		env, err := p.Get(ctx, wheelSpec(wheels))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer env.Release()
+		if got, err := runPython(t, env, "import "+testPkgModule+"; print("+testPkgModule+".VALUE)"); err != nil || got != "42" {
+			t.Fatalf("import %s in the env: %q, %v; want 42", testPkgModule, got, err)
+		}
+		if _, err := runPython(t, env, "import pip"); err != nil || pips.Load() != 1 {
+			t.Errorf("venv's own pip: import pip: %v, pip runs %d; want pip in the venv, run once", err, pips.Load())
+		}
+	})
+
 	t.Run("goroutines build once", func(t *testing.T) {
 		p, pips := newTestPool(t, t.TempDir(), 0)
 		const n = 6
