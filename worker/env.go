@@ -580,6 +580,10 @@ func (p *EnvPool) run(ctx context.Context, cmd *exec.Cmd, key, step, dir string)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.Env = append(os.Environ(), "PIP_NO_INPUT=1", "PYTHONNOUSERSITE=1")
+	// Pdeathsig: a worker killed with SIGKILL takes its pip along, rather
+	// than leave it writing into a build folder nobody will publish (and
+	// that a later Prune removes under it).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Start(); err != nil {

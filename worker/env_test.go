@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gofrs/flock"
 	"github.com/soma-hpc/soma/internal/testutil"
 )
 
@@ -308,6 +309,40 @@ func TestEnvPool(t *testing.T) {
 			env.Release()
 		}
 	})
+}
+
+// A Get waiting for another's build stops when its context ends.
+func TestEnvPoolGetCancelled(t *testing.T) {
+	testutil.NeedPython(t, "venv")
+	p, _ := newTestPool(t, t.TempDir(), 0)
+	key, err := p.Key(EnvSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another process is building key: it holds the build lock.
+	builder := flock.New(filepath.Join(p.dir, "locks", key+".lock"))
+	if err := builder.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	defer builder.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	type result struct {
+		env *Env
+		err error
+	}
+	done := make(chan result)
+	go func() {
+		env, err := p.Get(ctx, EnvSpec{})
+		done <- result{env, err}
+	}()
+	cancel() // before or during the wait: either way Get must give up
+	r := <-done
+	if !errors.Is(r.err, context.Canceled) || r.env != nil {
+		t.Fatalf("Get while another builds, cancelled: %v, %v; want context.Canceled", r.env, r.err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(p.dir, "store")); len(entries) != 0 {
+		t.Errorf("store after a cancelled wait holds %v, want nothing", entries)
+	}
 }
 
 // A venv that pyvenv.cfg says another interpreter built (copied in, or
