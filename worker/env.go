@@ -31,11 +31,11 @@ import (
 // differ only in spelling (requirement order, whitespace, the case of a
 // project name, "_" for "-") name the same environment.
 type EnvSpec struct {
-	Requirements       []string // pip requirement specs, as the plan lists them
-	SystemSitePackages bool     // venv --system-site-packages: see the interpreter's packages (Debian's numpy, torch)
-	NoIndex            bool     // pip --no-index: install only from FindLinks
-	FindLinks          []string // pip --find-links: folders (or URLs) of wheels
-	IndexURL           string   // pip --index-url; "" = pip's default
+	Requirements       []string `json:"requirements" msgpack:"requirements"`                 // pip requirement specs, as the plan lists them
+	SystemSitePackages bool     `json:"system_site_packages" msgpack:"system_site_packages"` // venv --system-site-packages: see the interpreter's packages (Debian's numpy, torch)
+	NoIndex            bool     `json:"no_index" msgpack:"no_index"`                         // pip --no-index: install only from FindLinks
+	FindLinks          []string `json:"find_links" msgpack:"find_links"`                     // pip --find-links: folders (or URLs) of wheels on this node
+	IndexURL           string   `json:"index_url" msgpack:"index_url"`                       // pip --index-url; "" = pip's default
 }
 
 // EnvOptions configures an EnvPool.

@@ -11,12 +11,12 @@ import (
 
 // GPU is one NVIDIA GPU as NVML reports it when the worker starts.
 type GPU struct {
-	Index       int    // NVML (physical, PCI bus order) index
-	UUID        string // "GPU-…"; what a plan's CUDA_VISIBLE_DEVICES names
-	Name        string
-	MemoryTotal uint64 // bytes
-	MemoryFree  uint64 // bytes, at detection
-	Utilization int    // percent at detection; -1 where NVML does not support it
+	Index       int    `json:"index" msgpack:"index"`               // NVML (physical, PCI bus order) index
+	UUID        string `json:"uuid" msgpack:"uuid"`                 // "GPU-…"; what a plan's CUDA_VISIBLE_DEVICES names
+	Name        string `json:"name" msgpack:"name"`                 // the board, e.g. "NVIDIA H100 80GB HBM3"
+	MemoryTotal uint64 `json:"memory_total" msgpack:"memory_total"` // bytes
+	MemoryFree  uint64 `json:"memory_free" msgpack:"memory_free"`   // bytes, at detection
+	Utilization int    `json:"utilization" msgpack:"utilization"`   // percent at detection; -1 where NVML does not support it
 }
 
 // ErrNoFreeGPU is returned by GPUSet.Acquire when fewer GPUs are free than

@@ -134,6 +134,20 @@ func TestDetectResourcesStub(t *testing.T) {
 	}
 }
 
+// GPUs discovered through go-nvml are handed out exclusively.
+func TestDetectedGPUsExclusive(t *testing.T) {
+	lib := buildNVMLStub(t)
+	t.Setenv("SOMA_NVML_STUB_COUNT", "4")
+	r, err := DetectResources(ResourceOptions{NVMLPath: lib, LookupEnv: envMap(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.GPUs) != 4 {
+		t.Fatalf("GPUs = %+v, want 4", r.GPUs)
+	}
+	checkExclusive(t, r.GPUs)
+}
+
 // The absent-library case: no GPUs, a note naming the file and dlopen's
 // reason, and no error.
 func TestDetectResourcesNoNVML(t *testing.T) {

@@ -18,20 +18,22 @@ import (
 // allocation it runs in) has, after CUDA_VISIBLE_DEVICES and the
 // configured Limits.
 type Resources struct {
-	CPUs        int    // CPUs this process may run on (sched_getaffinity), after MaxCPUs
-	MemoryBytes uint64 // MemTotal bounded by the cgroup's memory.max, after MaxMemory
-	GPUs        []GPU  // after CUDA_VISIBLE_DEVICES and MaxGPUs, in NVML index order
-	GPUNote     string // why there are no GPUs, if none ("NVML library not found: ..."), said once by the caller
+	CPUs        int    `json:"cpus" msgpack:"cpus"`                             // CPUs this process may run on (sched_getaffinity), after MaxCPUs
+	MemoryBytes uint64 `json:"memory_bytes" msgpack:"memory_bytes"`             // MemTotal bounded by the cgroup's memory.max, after MaxMemory
+	GPUs        []GPU  `json:"gpus" msgpack:"gpus"`                             // after CUDA_VISIBLE_DEVICES and MaxGPUs, in CUDA_VISIBLE_DEVICES's order, else NVML's
+	GPUNote     string `json:"gpu_note,omitempty" msgpack:"gpu_note,omitempty"` // why there are no GPUs, if none ("NVML library not found: ..."), said once by the caller
 }
 
 // Limits bound what a worker offers. A zero field means no bound, except
 // that MaxGPUs < 0 means "offer no GPUs" (and NVML is then not loaded at
 // all, for a node whose NVIDIA library misbehaves). MaxPlans is carried
-// for the daemon, which runs at most that many plans at once; Detect
-// ignores it.
+// for the daemon, which runs at most that many plans at once;
+// DetectResources ignores it.
 type Limits struct {
-	MaxCPUs, MaxGPUs, MaxPlans int
-	MaxMemory                  uint64
+	MaxCPUs   int    `json:"max_cpus" msgpack:"max_cpus"`
+	MaxGPUs   int    `json:"max_gpus" msgpack:"max_gpus"`
+	MaxPlans  int    `json:"max_plans" msgpack:"max_plans"`
+	MaxMemory uint64 `json:"max_memory" msgpack:"max_memory"` // bytes
 }
 
 // ResourceOptions configures DetectResources.

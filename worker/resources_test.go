@@ -195,7 +195,13 @@ func TestGPUSetAcquire(t *testing.T) {
 
 // Under concurrency, no GPU is ever held by two callers at once.
 func TestGPUSetExclusive(t *testing.T) {
-	gpus := stubLikeGPUs(4)
+	checkExclusive(t, stubLikeGPUs(4))
+}
+
+// checkExclusive has 8 goroutines acquire and release gpus at random
+// sizes and checks that no GPU is ever held twice.
+func checkExclusive(t *testing.T, gpus []GPU) {
+	t.Helper()
 	s := NewGPUSet(gpus)
 	var mu sync.Mutex
 	holder := map[string]int{}
