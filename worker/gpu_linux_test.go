@@ -4,12 +4,14 @@ package worker
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/soma-hpc/soma/internal/testutil"
 )
@@ -131,6 +133,27 @@ func TestDetectResourcesStub(t *testing.T) {
 				t.Errorf("GPUNote = %q, want %q", r.GPUNote, tc.wantNote)
 			}
 		})
+	}
+}
+
+// An NVML that never answers makes DetectResources fail, not hang. The
+// stuck call stays blocked in C for good, so it runs in a process of its
+// own.
+func TestDetectResourcesNVMLHangs(t *testing.T) {
+	if os.Getenv("SOMA_NVML_HELPER") == "hang" {
+		_, err := DetectResources(ResourceOptions{NVMLPath: os.Getenv("SOMA_NVML_LIB"), LookupEnv: envMap(nil), NVMLTimeout: 50 * time.Millisecond})
+		fmt.Printf("RESULT %v\n", err)
+		return
+	}
+	lib := buildNVMLStub(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDetectResourcesNVMLHangs$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "SOMA_NVML_HELPER=hang", "SOMA_NVML_LIB="+lib, "SOMA_NVML_STUB_INIT_HANG=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "RESULT worker: NVML did not answer within 50ms") {
+		t.Errorf("helper with a hanging NVML printed:\n%s\nwant the timeout error", out)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -49,10 +50,20 @@ type ResourceOptions struct {
 	// LookupEnv, if set, is used instead of Env; nil (with Env nil)
 	// means os.LookupEnv.
 	LookupEnv func(string) (string, bool)
+	// NVMLTimeout bounds GPU detection; 0 = DefaultNVMLTimeout. NVML can
+	// block for good on a GPU that fell off the bus (nvidia-smi hangs
+	// there too); a worker then fails to start with an error instead.
+	NVMLTimeout time.Duration
 
 	// procRoot and cgroupRoot replace "/proc" and "/sys/fs/cgroup" in tests.
 	procRoot, cgroupRoot string
 }
+
+// DefaultNVMLTimeout is how long DetectResources waits for NVML when
+// ResourceOptions.NVMLTimeout is 0. A healthy node answers in well under
+// a second; initialising many GPUs without persistence mode can take
+// several.
+const DefaultNVMLTimeout = 30 * time.Second
 
 // DetectResources reports the CPUs, memory and GPUs this process may use.
 //
@@ -100,7 +111,7 @@ func DetectResources(o ResourceOptions) (Resources, error) {
 		r.GPUNote = "GPUs turned off by the limit on GPUs"
 		return r, nil
 	}
-	all, note, err := detectGPUs(o.NVMLPath)
+	all, note, err := detectGPUsWithin(o.NVMLPath, o.NVMLTimeout)
 	if err != nil {
 		return Resources{}, err
 	}
@@ -117,6 +128,33 @@ func DetectResources(o ResourceOptions) (Resources, error) {
 		r.GPUNote = note
 	}
 	return r, nil
+}
+
+// detectGPUsWithin runs detectGPUs, giving up after timeout. A call that
+// never returns keeps its goroutine (and OS thread) blocked in C: there
+// is no way to interrupt NVML, and the worker is expected to exit.
+func detectGPUsWithin(path string, timeout time.Duration) ([]GPU, string, error) {
+	if timeout <= 0 {
+		timeout = DefaultNVMLTimeout
+	}
+	type result struct {
+		gpus []GPU
+		note string
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		g, n, err := detectGPUs(path)
+		done <- result{g, n, err}
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		return r.gpus, r.note, r.err
+	case <-timer.C:
+		return nil, "", fmt.Errorf("worker: NVML did not answer within %v: a GPU or its driver is stuck (check nvidia-smi and dmesg for Xid errors), or set the GPU limit to -1 to run without GPUs", timeout)
+	}
 }
 
 func lookupEnv(o ResourceOptions) func(string) (string, bool) {

@@ -17,6 +17,7 @@
  *   SOMA_NVML_STUB_INIT_ERROR  nvmlReturn_t that nvmlInit_v2 returns (default 0)
  *   SOMA_NVML_STUB_UUID_ERROR  nvmlReturn_t that nvmlDeviceGetUUID returns (default 0)
  *   SOMA_NVML_STUB_UTIL_ERROR  nvmlReturn_t that nvmlDeviceGetUtilizationRates returns (default 0)
+ *   SOMA_NVML_STUB_INIT_HANG   if 1, nvmlInit_v2 never returns (a GPU fallen off the bus)
  * GPU i is named "Soma Stub GPU i", has UUID
  * GPU-5f0a0000-0000-4000-8000-00000000000i, 80 GiB of memory of which
  * (80-i) GiB are free, and utilisation 10*i percent.
@@ -24,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int nvmlReturn_t;
 typedef struct nvmlDevice_st { int index; } *nvmlDevice_t;
@@ -56,6 +58,7 @@ static int valid(nvmlDevice_t d) {
 }
 
 nvmlReturn_t nvmlInit_v2(void) {
+	while (env_int("SOMA_NVML_STUB_INIT_HANG", 0) == 1) pause();
 	nvmlReturn_t r = env_int("SOMA_NVML_STUB_INIT_ERROR", 0);
 	if (r == NVML_SUCCESS) initialised++;
 	return r;
