@@ -322,6 +322,21 @@ func normaliseSpec(spec EnvSpec) (EnvSpec, error) {
 // runs of "-", "_", "." to "-" (PEP 503), and drops whitespace before any
 // environment marker. Requirements that are paths or URLs stay as given.
 func normaliseRequirement(r string) string {
+	// The part before any version, extra, marker or " @ url": a path or
+	// URL there ("./pkg", "wheels/Pkg-1.0-py3-none-any.whl",
+	// "git+https://...") is not a name, and its case matters.
+	head := r
+	if i := strings.IndexAny(r, " @[<>=!~;("); i >= 0 {
+		head = r[:i]
+	}
+	if strings.ContainsAny(head, `/\:`) || strings.HasPrefix(head, ".") || strings.HasPrefix(head, "~") {
+		return r
+	}
+	for _, ext := range []string{".whl", ".zip", ".tar.gz", ".tgz", ".tar.bz2"} {
+		if strings.HasSuffix(strings.ToLower(head), ext) {
+			return r
+		}
+	}
 	m := projectName.FindStringSubmatch(r)
 	if m == nil {
 		return r

@@ -514,7 +514,14 @@ func TestNormaliseSpec(t *testing.T) {
 			in:   EnvSpec{Requirements: []string{"Pkg @ file:///wheels/pkg-1.0-py3-none-any.whl"}},
 			want: EnvSpec{Requirements: []string{"pkg @ file:///wheels/pkg-1.0-py3-none-any.whl"}},
 		},
-		{name: "path", in: EnvSpec{Requirements: []string{"./local/pkg"}}, want: EnvSpec{Requirements: []string{"./local/pkg"}}},
+		// Regression: a first version took "Local/Pkg" and a wheel file's
+		// name for project names, lowercasing them and folding "_" and "."
+		// (so pip was asked for "pkg-a-1-0-py3-none-any-whl").
+		{
+			name: "paths and URLs keep their case",
+			in:   EnvSpec{Requirements: []string{"./local/Pkg", "Local/Pkg", "Pkg_A-1.0-py3-none-any.whl", "git+https://example.org/Org/Repo.git"}},
+			want: EnvSpec{Requirements: []string{"./local/Pkg", "Local/Pkg", "Pkg_A-1.0-py3-none-any.whl", "git+https://example.org/Org/Repo.git"}},
+		},
 		{name: "find links", in: EnvSpec{FindLinks: []string{links, " " + links + " ", "https://example.org/wheels/"}}, want: EnvSpec{FindLinks: []string{links, "https://example.org/wheels/"}}},
 		{name: "pip option", in: EnvSpec{Requirements: []string{"--index-url=http://evil/"}}, wantErr: "is a pip option"},
 		{name: "requirements file", in: EnvSpec{Requirements: []string{"-r requirements.txt"}}, wantErr: "is a pip option"},
