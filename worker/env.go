@@ -76,7 +76,9 @@ func (e *EnvBuildError) Unwrap() error { return e.Err }
 // them out. An environment's key is a hash of its normalised EnvSpec and
 // the interpreter's identity (resolved path, version, and the file's
 // device, inode, size and mtime, so an upgrade in place is a new
-// interpreter).
+// interpreter). The key covers the spec's text, not what an index or a
+// find-links folder serves: pin versions (==) to get a new env when a
+// wheel changes.
 //
 // Several goroutines and several OS processes (workers sharing a node's
 // cache folder) may call Get at once: one builds while the others wait on
