@@ -7,6 +7,9 @@ STATICCHECK_VERSION ?= v0.8.2
 TESTFLAGS ?= -race -count=1 -timeout 20m -p 2
 
 export SOMA_PYTHON ?= $(PYTHON)
+# go-nvml's nvml.h marks NVML functions soma never calls as deprecated, and
+# cgo prints a warning for each when worker builds; -O2 -g is Go's default.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
 .PHONY: all build demo test deps fmt-check vet lint race bench clean
 

@@ -1,0 +1,251 @@
+package worker
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func envMap(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func writeFiles(t *testing.T, root string, files map[string]string) {
+	t.Helper()
+	for name, body := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestDetectMemory(t *testing.T) {
+	const meminfo = "MemTotal:       16384000 kB\nMemFree:         1000 kB\n"
+	const total = 16384000 * 1024
+	tests := []struct {
+		name    string
+		files   map[string]string // under a root holding proc/ and cgroup/
+		want    uint64
+		wantErr string
+	}{
+		{name: "no cgroup file", files: map[string]string{"proc/meminfo": meminfo}, want: total},
+		{name: "v2 unlimited", files: map[string]string{
+			"proc/meminfo": meminfo, "proc/self/cgroup": "0::/slurm/job1\n",
+			"cgroup/slurm/job1/memory.max": "max\n",
+		}, want: total},
+		{name: "v2 limit", files: map[string]string{
+			"proc/meminfo": meminfo, "proc/self/cgroup": "0::/slurm/job1\n",
+			"cgroup/slurm/job1/memory.max": "4294967296\n",
+		}, want: 4 << 30},
+		{name: "v2 parent's limit is tighter", files: map[string]string{
+			"proc/meminfo": meminfo, "proc/self/cgroup": "0::/slurm/job1/step0\n",
+			"cgroup/slurm/job1/step0/memory.max": "max\n",
+			"cgroup/slurm/job1/memory.max":       "2147483648\n",
+			"cgroup/slurm/memory.max":            "8589934592\n",
+		}, want: 2 << 30},
+		{name: "v2 limit above MemTotal", files: map[string]string{
+			"proc/meminfo": meminfo, "proc/self/cgroup": "0::/a\n",
+			"cgroup/a/memory.max": "99999999999999\n",
+		}, want: total},
+		{name: "v1 limit", files: map[string]string{
+			"proc/meminfo": meminfo, "proc/self/cgroup": "4:memory:/slurm/uid_1/job_2\n3:cpuset:/\n",
+			"cgroup/memory/slurm/uid_1/job_2/memory.limit_in_bytes": "1073741824\n",
+			"cgroup/memory/memory.limit_in_bytes":                   "9223372036854771712\n",
+		}, want: 1 << 30},
+		{name: "v1 no limit", files: map[string]string{
+			"proc/meminfo": meminfo, "proc/self/cgroup": "4:cpu,memory:/x\n",
+			"cgroup/memory/x/memory.limit_in_bytes": "9223372036854771712\n",
+		}, want: total},
+		{name: "cgroup path not mounted here", files: map[string]string{
+			"proc/meminfo": meminfo, "proc/self/cgroup": "0::/elsewhere/deep\n",
+		}, want: total},
+		{name: "garbage limit", files: map[string]string{
+			"proc/meminfo": meminfo, "proc/self/cgroup": "0::/a\n",
+			"cgroup/a/memory.max": "lots\n",
+		}, wantErr: `"lots" is not a number`},
+		{name: "no MemTotal", files: map[string]string{"proc/meminfo": "MemFree: 1 kB\n"}, wantErr: "no MemTotal"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			writeFiles(t, root, tc.files)
+			got, err := detectMemory(filepath.Join(root, "proc"), filepath.Join(root, "cgroup"))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("detectMemory error = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("detectMemory = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDetectResourcesLimits(t *testing.T) {
+	root := t.TempDir()
+	writeFiles(t, root, map[string]string{"proc/meminfo": "MemTotal: 8388608 kB\n"})
+	o := ResourceOptions{
+		Limits:    Limits{MaxCPUs: 1, MaxMemory: 1 << 30, MaxGPUs: -1},
+		LookupEnv: envMap(nil), procRoot: filepath.Join(root, "proc"), cgroupRoot: filepath.Join(root, "cgroup"),
+	}
+	r, err := DetectResources(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.CPUs != 1 || r.MemoryBytes != 1<<30 || len(r.GPUs) != 0 {
+		t.Errorf("DetectResources = %+v, want 1 CPU, 1 GiB, no GPUs", r)
+	}
+	o.Limits = Limits{MaxCPUs: 1000, MaxMemory: 1 << 50, MaxGPUs: -1}
+	if r, err = DetectResources(o); err != nil {
+		t.Fatal(err)
+	}
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+	if r.CPUs != set.Count() || r.MemoryBytes != 8<<30 {
+		t.Errorf("DetectResources with loose limits = %+v, want %d CPUs and 8 GiB", r, set.Count())
+	}
+	o.Limits = Limits{MaxCPUs: -2}
+	if _, err := DetectResources(o); err == nil || !strings.Contains(err.Error(), "cannot be negative") {
+		t.Errorf("DetectResources with MaxCPUs -2: error %v, want a refusal", err)
+	}
+}
+
+// CPUs follow the affinity mask (what Slurm's cgroups and --cpu-bind
+// give a job), not the machine's count: run the test binary again pinned
+// to one CPU by taskset.
+func TestDetectResourcesAffinity(t *testing.T) {
+	if os.Getenv("SOMA_AFFINITY_HELPER") == "1" {
+		r, err := DetectResources(ResourceOptions{Limits: Limits{MaxGPUs: -1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Stdout.WriteString("CPUS " + strconv.Itoa(r.CPUs) + "\n")
+		return
+	}
+	taskset, err := exec.LookPath("taskset")
+	if err != nil || runtime.NumCPU() < 2 {
+		t.Skip("needs taskset (util-linux) and 2 CPUs")
+	}
+	cmd := exec.Command(taskset, "-c", "0", os.Args[0], "-test.run=^TestDetectResourcesAffinity$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "SOMA_AFFINITY_HELPER=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "CPUS 1\n") {
+		t.Errorf("pinned to CPU 0, the helper reported:\n%s\nwant CPUS 1", out)
+	}
+}
+
+func TestGPUSetAcquire(t *testing.T) {
+	gpus := []GPU{{Index: 0, UUID: "GPU-a"}, {Index: 1, UUID: "GPU-b"}, {Index: 2, UUID: "GPU-c"}}
+	s := NewGPUSet(gpus)
+	two, rel2, err := s.Acquire(2)
+	if err != nil || len(two) != 2 || two[0].UUID != "GPU-a" || two[1].UUID != "GPU-b" {
+		t.Fatalf("Acquire(2) = %v, %v, want GPU-a, GPU-b", two, err)
+	}
+	if _, _, err := s.Acquire(2); !errors.Is(err, ErrNoFreeGPU) {
+		t.Fatalf("Acquire(2) with 1 free: %v, want ErrNoFreeGPU", err)
+	}
+	if got := s.Free(); got != 1 {
+		t.Errorf("Free after a refused Acquire = %d, want 1 (a refusal takes nothing)", got)
+	}
+	none, relNone, err := s.Acquire(0)
+	if err != nil || len(none) != 0 {
+		t.Fatalf("Acquire(0) = %v, %v, want nothing and no error", none, err)
+	}
+	relNone()
+	rel2()
+	rel2() // twice is harmless: it must not free GPUs someone else took
+	one, rel1, err := s.Acquire(1)
+	if err != nil || one[0].UUID != "GPU-a" {
+		t.Fatalf("Acquire(1) after release = %v, %v, want GPU-a", one, err)
+	}
+	rel2()
+	if got := s.Free(); got != 2 {
+		t.Errorf("Free after a stale release = %d, want 2", got)
+	}
+	rel1()
+	if _, _, err := s.Acquire(-1); err == nil {
+		t.Error("Acquire(-1): no error")
+	}
+	if _, _, err := s.Acquire(4); !errors.Is(err, ErrNoFreeGPU) {
+		t.Errorf("Acquire(4) of 3: %v, want ErrNoFreeGPU", err)
+	}
+}
+
+// Under concurrency, no GPU is ever held by two callers at once.
+func TestGPUSetExclusive(t *testing.T) {
+	checkExclusive(t, stubLikeGPUs(4))
+}
+
+// checkExclusive has 8 goroutines acquire and release gpus at random
+// sizes and checks that no GPU is ever held twice.
+func checkExclusive(t *testing.T, gpus []GPU) {
+	t.Helper()
+	s := NewGPUSet(gpus)
+	var mu sync.Mutex
+	holder := map[string]int{}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for range 200 {
+				n := 1 + w%3
+				got, release, err := s.Acquire(n)
+				if errors.Is(err, ErrNoFreeGPU) {
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				for _, g := range got {
+					if h, busy := holder[g.UUID]; busy {
+						t.Errorf("%s handed to worker %d while worker %d holds it", g.UUID, w, h)
+					}
+					holder[g.UUID] = w
+				}
+				mu.Unlock()
+				runtime.Gosched()
+				mu.Lock()
+				for _, g := range got {
+					delete(holder, g.UUID)
+				}
+				mu.Unlock()
+				release()
+			}
+		})
+	}
+	wg.Wait()
+	if got := s.Free(); got != len(gpus) {
+		t.Errorf("Free after all released = %d, want %d", got, len(gpus))
+	}
+}
+
+func stubLikeGPUs(n int) []GPU {
+	var gs []GPU
+	for i := range n {
+		gs = append(gs, GPU{Index: i, UUID: "GPU-" + strconv.Itoa(i)})
+	}
+	return gs
+}
