@@ -38,8 +38,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Helper is soma_report.py, the dependency-free Python helper.
@@ -190,30 +188,22 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 		return Result{}, fmt.Errorf("%w: no command given", ErrStart)
 	}
 	// The report pipe (the objective's fd 3) and the verdict pipe (its
-	// fd 4). soma-trial's ends stay out of Go's netpoller: one goroutine
-	// polls the report pipe itself and answers reports inline (watch).
-	// With os.Pipe, a netpoller-registered reader, a goroutine blocked in
-	// Wait and a verdict writer, the wakeups between them cost ~0.2 ms of
-	// CPU per trial (5-10% of a trivial objective's trial at 8 processes
-	// on 2 CPUs).
-	repR, repW, err := pipe()
+	// fd 4): ordinary os.Pipe files. Ours are in Go's netpoller (a
+	// goroutine reading reports parks there without holding a P); the
+	// objective's ends are made blocking when they are handed to it.
+	repR, childRep, err := os.Pipe()
 	if err != nil {
 		return Result{}, fmt.Errorf("objective: pipe: %w", err)
 	}
-	ctlR, ctlW, err := pipe()
+	childCtl, ctlW, err := os.Pipe()
 	if err != nil {
-		unix.Close(repR)
-		unix.Close(repW)
+		repR.Close()
+		childRep.Close()
 		return Result{}, fmt.Errorf("objective: pipe: %w", err)
 	}
-	defer unix.Close(repR)
-	defer unix.Close(ctlW)
-	// Ours are non-blocking: the watcher reads until EAGAIN, and a verdict
-	// the objective never reads is dropped once the pipe is full rather
-	// than stalling the reports. The objective's ends stay blocking.
-	_ = unix.SetNonblock(repR, true)
-	_ = unix.SetNonblock(ctlW, true)
-	childRep, childCtl := os.NewFile(uintptr(repW), "report"), os.NewFile(uintptr(ctlR), "control")
+	defer repR.Close()
+	defer ctlW.Close()
+	verdicts := verdictWriter{ctlW}
 
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = o.Dir
@@ -281,12 +271,30 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 			// verdict was told to go on.)
 			verdict = "prune\n"
 		}
-		// EAGAIN (the objective never reads fd 4 and the pipe is full) or
-		// EPIPE (it closed fd 4): the verdict is dropped.
-		_, _ = unix.Write(ctlW, []byte(verdict))
+		verdicts.write([]byte(verdict))
 	}
+	// One goroutine reads the reports, one waits for the exit; the run's
+	// result comes once both are done. The objective's exit normally
+	// closes the report pipe's last writer; if a process it left behind
+	// still holds fd 3, the reports are read for at most exitDrain more.
 	waitErr := make(chan error, 1)
-	go func() { waitErr <- watch(cmd, repR, onLine) }()
+	read := make(chan struct{})
+	go func() {
+		watch(repR, onLine)
+		close(read)
+	}()
+	go func() {
+		err := cmd.Wait()
+		if errors.Is(err, exec.ErrWaitDelay) {
+			// It exited with status 0; something it left behind still
+			// holds a stdout or stderr pipe (cmd.WaitDelay). Its output
+			// so far counts.
+			err = nil
+		}
+		_ = repR.SetReadDeadline(time.Now().Add(exitDrain))
+		<-read
+		waitErr <- err
+	}()
 
 	var timeout <-chan time.Time
 	if o.Timeout > 0 {

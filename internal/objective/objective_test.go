@@ -2,6 +2,9 @@ package objective
 
 import (
 	"context"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"os"
 	"os/exec"
@@ -253,9 +256,10 @@ func TestReportPipe(t *testing.T) {
 		}
 	})
 	t.Run("reports in the first milliseconds and after them count", func(t *testing.T) {
-		// The first report comes at once, while watch polls raw (rawPoll,
-		// with two Ps or more), the next after 50 ms, past it; with one P
-		// every poll is the ordinary one.
+		// The first report comes at once, the next after 50 ms, when the
+		// reading goroutine has parked in the netpoller; with one P and
+		// with two. (Until issue 13 the first 5 ms were read with a raw
+		// ppoll and the rest with an ordinary one: this pinned both.)
 		body := "echo 'report 0 0.25' >&3; sleep 0.05; echo 'report 1 0.5' >&3; echo 'final 0.75' >&3"
 		for _, procs := range []int{1, 2} {
 			prev := runtime.GOMAXPROCS(procs)
@@ -306,4 +310,32 @@ func TestReportPipe(t *testing.T) {
 			t.Fatal("Run waited for a background process holding fd 3 and stdout")
 		}
 	})
+}
+
+// TestNoRawSystemCalls: the package does its blocking I/O through Go's
+// ordinary calls. Issue 13: watch polled the report pipe with a raw
+// ppoll(2) (unix.RawSyscall6), which keeps its P while blocked; on a
+// shared filesystem's slow moments that holds up the GC's stop-the-world
+// and every heartbeat of the process with it.
+func TestNoRawSystemCalls(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if sel, ok := n.(*ast.SelectorExpr); ok && strings.HasPrefix(sel.Sel.Name, "RawSyscall") {
+				t.Errorf("%s: %s: a raw system call (use the ordinary call, or an *os.File in the netpoller)", fset.Position(sel.Pos()), sel.Sel.Name)
+			}
+			return true
+		})
+	}
 }

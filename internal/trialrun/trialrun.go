@@ -785,8 +785,9 @@ var _ study.Store = (*fsstore.Store)(nil)
 // counts the live entries of the study's node-local worker registry, at
 // most every 200 ms.
 //
-// Twice, not once: with the raw fsyncs and polls (fsstore's fsyncer,
-// objective's rawPoll) overlapping got cheaper. Measured on 2 CPUs,
+// Twice, not once: with the raw fsyncs and polls of the time (fsstore's
+// fsyncer, objective's rawPoll; issue 13 removed the poll, so these
+// numbers want re-measuring) overlapping got cheaper. Measured on 2 CPUs,
 // journaled ext4, /bin/echo, shuffled rounds: 4 processes 336 -> 379
 // trials/s with the overlap (floor 391); 6 processes 430 -> 412 and 8
 // processes 425 -> 395 without it being better; on the journal-less disk
