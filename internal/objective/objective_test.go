@@ -1,7 +1,9 @@
 package objective
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -10,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,8 +32,20 @@ func py(t *testing.T, body string) []string {
 	return []string{testutil.Python(), p}
 }
 
+// TestMain lets this test binary be the objectives' guard (Options.Guard).
+func TestMain(m *testing.M) {
+	GuardMain()
+	os.Exit(m.Run())
+}
+
+// self is this test binary, the guard of the objectives it runs.
+const self = "/proc/self/exe"
+
 func run(t *testing.T, o Options, stop <-chan Stop) Result {
 	t.Helper()
+	if o.Guard == "" {
+		o.Guard = self
+	}
 	if o.Grace == 0 {
 		o.Grace = 300 * time.Millisecond
 	}
@@ -219,7 +234,7 @@ func TestTimeoutAndSignals(t *testing.T) {
 		}
 	})
 	t.Run("missing program is a start error", func(t *testing.T) {
-		_, err := Run(context.Background(), Options{Argv: []string{"/nonexistent/train"}}, nil)
+		_, err := Run(context.Background(), Options{Argv: []string{"/nonexistent/train"}, Guard: self}, nil)
 		if err == nil || !strings.Contains(err.Error(), "cannot start") {
 			t.Errorf("Run(missing) = %v, want ErrStart", err)
 		}
@@ -336,6 +351,110 @@ func TestNoRawSystemCalls(t *testing.T) {
 				t.Errorf("%s: %s: a raw system call (use the ordinary call, or an *os.File in the netpoller)", fset.Position(sel.Pos()), sel.Sel.Name)
 			}
 			return true
+		})
+	}
+}
+
+// tree is a shell objective that starts a process tree before it does
+// what mode says, each process writing its pid to a file in dir:
+//
+//	bg      a background child
+//	grand   a grandchild, under a child that waits for it
+//	setsid  a child in a session of its own (out of the process group)
+//	orphan  a grandchild whose setsid parent exits (reparented)
+//	noterm  a child that ignores SIGTERM
+//
+// Then mode: "exit" prints a score and exits; "report" reports step 0
+// and sleeps; "sleep" sleeps.
+func tree(dir, mode string) []string {
+	body := `d=` + dir + `
+sh -c 'echo $$ > '$d'/bg.tmp; mv '$d'/bg.tmp '$d'/bg; exec sleep 300' &
+sh -c 'sh -c "echo \$\$ > '$d'/grand.tmp; mv '$d'/grand.tmp '$d'/grand; exec sleep 300" & wait' &
+setsid sh -c 'echo $$ > '$d'/setsid.tmp; mv '$d'/setsid.tmp '$d'/setsid; exec sleep 300' &
+setsid sh -c 'sh -c "echo \$\$ > '$d'/orphan.tmp; mv '$d'/orphan.tmp '$d'/orphan; exec sleep 300" &' &
+sh -c 'trap "" TERM; echo $$ > '$d'/noterm.tmp; mv '$d'/noterm.tmp '$d'/noterm; exec sleep 300' &
+for f in bg grand setsid orphan noterm; do while [ ! -e $d/$f ]; do sleep 0.01; done; done
+case ` + mode + ` in
+exit) echo 1.5 ;;
+report) echo 'report 0 1.0' >&3; read v <&4; sleep 300 ;;
+sleep) sleep 300 ;;
+esac
+`
+	return []string{"/bin/sh", "-c", body}
+}
+
+// treePids reads the pids tree's processes wrote to dir.
+func treePids(t *testing.T, dir string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, name := range []string{"bg", "grand", "setsid", "orphan", "noterm"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatalf("the objective's %s process never started: %v", name, err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			t.Fatalf("%s: pid %q: %v", name, b, err)
+		}
+		out[name] = pid
+	}
+	return out
+}
+
+// alive reports whether pid is a live process (not a zombie: a zombie has
+// ended, only its parent has not reaped it yet).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
+}
+
+// TestTreeEndsWithTheAttempt: an objective's whole process tree ends with
+// its run, however the run ends. Issue 13: Pdeathsig reached the direct
+// child only and signals went to its process group only, so a
+// background child outlived a normal exit, and setsid escapes outlived
+// everything.
+func TestTreeEndsWithTheAttempt(t *testing.T) {
+	tests := []struct {
+		name    string
+		mode    string
+		opts    func(o *Options, stop chan Stop)
+		outcome Outcome
+	}{
+		{"normal exit", "exit", func(*Options, chan Stop) {}, Done},
+		{"prune", "report", func(o *Options, _ chan Stop) {
+			o.OnReport = func(int64, float64) bool { return true }
+		}, Pruned},
+		{"timeout", "sleep", func(o *Options, _ chan Stop) { o.Timeout = 3 * time.Second }, Failed},
+		{"stop signal", "report", func(o *Options, stop chan Stop) {
+			o.OnReport = func(int64, float64) bool {
+				stop <- Stop{Kind: StopSignal, Signal: syscall.SIGTERM}
+				return false
+			}
+		}, Interrupted},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			stop := make(chan Stop, 1)
+			o := Options{Argv: tree(dir, tc.mode), Grace: 300 * time.Millisecond}
+			tc.opts(&o, stop)
+			r := run(t, o, stop)
+			if r.Outcome != tc.outcome {
+				t.Errorf("outcome %s (%s), want %s", r.Outcome, r.Reason, tc.outcome)
+			}
+			// Run returns once the tree is gone: no process of it may be
+			// left, not even for a moment.
+			for name, pid := range treePids(t, dir) {
+				if alive(pid) {
+					t.Errorf("%s process %d outlived the run", name, pid)
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
 		})
 	}
 }

@@ -72,7 +72,7 @@ func TestRecordErrorStopsTheLoopCleanly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = Run(ctx, st, root, Options{Argv: []string{"/bin/echo", "1"}, Trial: -1, Who: study.Who{Host: "h", PID: os.Getpid()}}, nil)
+	_, err = Run(ctx, st, root, Options{Argv: []string{"/bin/echo", "1"}, Trial: -1, Who: study.Who{Host: "h", PID: os.Getpid()}, Guard: self}, nil)
 	if err == nil || !strings.Contains(err.Error(), "no space left") {
 		t.Fatalf("Run = %v, want the record's error", err)
 	}
@@ -107,7 +107,7 @@ func TestPrefetchedClaimKeepsBeating(t *testing.T) {
 	obj := []string{"/bin/sh", "-c", `if [ "$SOMA_TRIAL" = 1 ]; then sleep 5; fi; echo 1`}
 	done := make(chan error, 1)
 	go func() {
-		_, err := Run(ctx, st, root, Options{Argv: obj, Trial: -1, Who: study.Who{Host: "h", PID: os.Getpid()}}, nil)
+		_, err := Run(ctx, st, root, Options{prefetchBelow: 4 * time.Second, Argv: obj, Trial: -1, Who: study.Who{Host: "h", PID: os.Getpid()}, Guard: self}, nil)
 		done <- err
 	}()
 	time.Sleep(grace + 1500*time.Millisecond)
@@ -160,7 +160,7 @@ func TestSignalGivesBackThePrefetchedClaim(t *testing.T) {
 	sig := make(chan os.Signal, 1)
 	done := make(chan error, 1)
 	go func() {
-		_, err := Run(ctx, st, root, Options{Argv: obj, Trial: -1, Who: study.Who{Host: "h", PID: os.Getpid()}, KillGrace: time.Second}, sig)
+		_, err := Run(ctx, st, root, Options{prefetchBelow: 4 * time.Second, Argv: obj, Trial: -1, Who: study.Who{Host: "h", PID: os.Getpid()}, Guard: self, KillGrace: time.Second}, sig)
 		done <- err
 	}()
 	// Wait until trial 2 is held (claimed while trial 1 runs).

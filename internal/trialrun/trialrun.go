@@ -51,6 +51,14 @@ type Options struct {
 	PythonPath string
 	// Env is the objective's base environment (nil: this process's).
 	Env []string
+	// Guard is the executable that guards each objective's process tree
+	// (objective.Options.Guard): soma-trial's "/proc/self/exe".
+	Guard string
+
+	// prefetchBelow replaces the constant in tests (0: prefetchBelow):
+	// a race-built test binary as the guard makes even /bin/echo's
+	// trials take longer than 250 ms on a busy machine.
+	prefetchBelow time.Duration
 }
 
 // Summary says what the loop did and why it stopped.
@@ -236,8 +244,12 @@ func (l *loop) worker(ctx context.Context, w int) (string, error) {
 	}
 	c := l.claim(ctx, &cs)
 	var lastRun time.Duration
+	below := l.o.prefetchBelow
+	if below == 0 {
+		below = prefetchBelow
+	}
 	for c.run != nil {
-		if pipeline && lastRun > 0 && lastRun < prefetchBelow && !l.crowded() {
+		if pipeline && lastRun > 0 && lastRun < below && !l.crowded() {
 			next = make(chan claimed, 1)
 			go func() { next <- l.claimHeld(ctx, &cs) }()
 		}
@@ -555,6 +567,7 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) (record func()
 		Grace:      l.o.KillGrace,
 		OnReport:   onReport,
 		PythonPath: l.o.PythonPath,
+		Guard:      l.o.Guard,
 	}, stop)
 	stopBeats()
 	if merr := wl.mark("end", n, a); merr != nil {
