@@ -43,6 +43,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -329,12 +330,13 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	// nothing of the objective's tree is left (see guardArg). The report
 	// pipe's end of file normally comes with that; if something outside
 	// the guard's reach still holds fd 3 (the guard itself was killed),
-	// the reports are read for at most exitDrain more.
+	// the reports are read on until the pipe is idle for exitDrain.
 	exited := make(chan exit, 1)
 	guardDone := make(chan struct{})
 	read := make(chan struct{})
+	var draining atomic.Bool
 	go func() {
-		watch(repR, onLine)
+		watch(repR, onLine, &draining)
 		close(read)
 	}()
 	go func() {
@@ -351,6 +353,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 			}
 			exited <- exit{err: fmt.Errorf("the objective's guard process ended without its status (%v); the objective was killed with it", gerr)}
 		}
+		draining.Store(true)
 		_ = repR.SetReadDeadline(time.Now().Add(exitDrain))
 		<-read
 	}()

@@ -285,6 +285,21 @@ func TestReportPipe(t *testing.T) {
 			}
 		}
 	})
+	t.Run("reports still in the pipe at the exit all count, however slow their answers", func(t *testing.T) {
+		// Regression: the exit set a fixed read deadline exitDrain (2 s)
+		// ahead, and the reports still in the pipe once answering them
+		// took longer were lost (a trial of 2000 reports failed with
+		// "nothing on fd $SOMA_REPORT_FD").
+		const n = 3000 // ~45 KiB: in the pipe, more than one read
+		body := "for i in range(" + strconv.Itoa(n) + "):\n  os.write(3, b'report %d 0.5\\n' % i)\nos.write(3, b'final 1.0\\n')\n"
+		r := run(t, Options{Argv: py(t, body), OnReport: func(int64, float64) bool {
+			time.Sleep(time.Millisecond) // 3 s over all: past exitDrain
+			return false
+		}}, nil)
+		if r.Outcome != Done || len(r.Curve) != n {
+			t.Errorf("outcome %s (%s) with %d steps, want done with %d", r.Outcome, r.Reason, len(r.Curve), n)
+		}
+	})
 	t.Run("a last line without a newline counts", func(t *testing.T) {
 		r := run(t, Options{Argv: py(t, "os.write(3, b'report 0 0.5\\nfinal 0.75')\n")}, nil)
 		if r.Outcome != Done || r.Score != 0.75 || len(r.Curve) != 1 {

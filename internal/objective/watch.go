@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -28,9 +29,14 @@ const chunkSize = 16 << 10
 var chunks = sync.Pool{New: func() any { return new([chunkSize]byte) }}
 
 // watch reads the report pipe r line by line, calling line for each,
-// until every writer has closed it or r's read deadline passes (Run sets
-// it exitDrain after the objective's exit), and returns. A last line
-// without a newline counts.
+// until every writer has closed it or, once draining is set (the
+// objective's guard has exited), the pipe stays idle for exitDrain, and
+// returns. A last line without a newline counts.
+//
+// The drain's deadline moves on with every read: what the objective wrote
+// before it exited is read however long line takes over it. (A fixed
+// deadline set at the exit lost the reports still in the pipe when
+// answering them took more than exitDrain.)
 //
 // r is an ordinary *os.File from os.Pipe: a read that waits parks the
 // goroutine in Go's netpoller and gives its P back. (Until issue 13 this
@@ -40,7 +46,7 @@ var chunks = sync.Pool{New: func() any { return new([chunkSize]byte) }}
 // stop-the-world for as long as it blocks, and with it every heartbeat
 // of the process; soma is for shared filesystems, where nothing may hold
 // the runtime hostage. Robust before fast.)
-func watch(r *os.File, line func(string)) {
+func watch(r *os.File, line func(string), draining *atomic.Bool) {
 	var (
 		partial  []byte
 		skipping bool // inside a line longer than maxLine
@@ -76,6 +82,9 @@ func watch(r *os.File, line func(string)) {
 		k, err := r.Read(chunk)
 		if k > 0 {
 			feed(chunk[:k])
+			if draining.Load() {
+				_ = r.SetReadDeadline(time.Now().Add(exitDrain))
+			}
 		}
 		if err != nil {
 			// io.EOF: every writer closed it. os.ErrDeadlineExceeded: the
