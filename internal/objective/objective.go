@@ -294,6 +294,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	var protoErr string
 	pruneAt := make(chan int64, 1)
 	pruned := false
+	var answers []byte // verdicts not written yet (watch's goroutine only)
 	onLine := func(text string) {
 		kind, step, val, err := parseLine(text)
 		mu.Lock()
@@ -323,7 +324,14 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 			// verdict was told to go on.)
 			verdict = "prune\n"
 		}
-		verdicts.write([]byte(verdict))
+		answers = append(answers, verdict...)
+	}
+	// The verdicts of one read's reports, written together (watch).
+	answer := func() {
+		if len(answers) > 0 {
+			verdicts.write(answers)
+			answers = answers[:0]
+		}
 	}
 	// One goroutine reads the reports; another reads the objective's exit
 	// status from the guard, then waits for the guard, which ends once
@@ -336,7 +344,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	read := make(chan struct{})
 	var draining atomic.Bool
 	go func() {
-		watch(repR, onLine, &draining)
+		watch(repR, onLine, answer, &draining)
 		close(read)
 	}()
 	go func() {

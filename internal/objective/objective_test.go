@@ -256,6 +256,30 @@ func TestReportPipe(t *testing.T) {
 			t.Fatalf("outcome %s (%s) with %d steps, want done with 20000", r.Outcome, r.Reason, len(r.Curve))
 		}
 	})
+	t.Run("verdicts that fill the pipe are dropped whole, never cut", func(t *testing.T) {
+		// Verdicts are written a read's worth at a time; into a full pipe
+		// a write over PIPE_BUF writes what fits, which could cut a line.
+		// The objective reads fd 4 only once soma-trial has had a second
+		// to fill it (if it had not, nothing is checked, nothing flakes).
+		out := filepath.Join(t.TempDir(), "verdicts")
+		body := "for i in range(20000):\n  os.write(3, b'report %d 0.5\\n' % i)\ntime.sleep(1)\nos.set_blocking(4, False)\nb = b''\ntry:\n  while True:\n    c = os.read(4, 1 << 16)\n    if not c: break\n    b += c\nexcept BlockingIOError:\n  pass\nopen(" + pyStr(out) + ", 'wb').write(b)\nfinal(1.0)\n"
+		r := run(t, Options{Argv: py(t, body), OnReport: func(int64, float64) bool { return false }}, nil)
+		if r.Outcome != Done || len(r.Curve) != 20000 {
+			t.Fatalf("outcome %s (%s) with %d steps, want done with 20000", r.Outcome, r.Reason, len(r.Curve))
+		}
+		got, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(got); n > 0 && got[n-1] != '\n' {
+			t.Errorf("the verdicts end in %q: a line cut in two", got[max(0, n-20):])
+		}
+		for i, l := range strings.Split(strings.TrimSuffix(string(got), "\n"), "\n") {
+			if l != "continue" && len(got) > 0 {
+				t.Fatalf("verdict %d is %q, want continue", i, l)
+			}
+		}
+	})
 	t.Run("reports after a prune are answered prune", func(t *testing.T) {
 		// The objective reads each verdict, ignores the prune and
 		// reports twice more, then exits on its own.
