@@ -2,7 +2,8 @@
 each doing WORK iterations of arithmetic (the "training") and reporting
 its value. MODE "stream" writes each report to fd $SOMA_REPORT_FD and
 never reads a verdict; "helper" uses soma_report.report(), which waits
-for each verdict. Run alone (no SOMA_REPORT_FD), it reports nothing:
+for each verdict; "nowait" uses report(..., wait=False), which reads
+the verdicts that have come without waiting. Run alone (no SOMA_REPORT_FD), it reports nothing:
 what the training loop costs by itself.
 
     python3 bench_reports_obj.py N WORK MODE
@@ -21,6 +22,9 @@ for i in range(n):
     v = 1.0 / (i + 1)
     if mode == "helper":
         if report(i, v):
+            break
+    elif mode == "nowait":
+        if report(i, v, wait=False):
             break
     elif fd:
         os.write(int(fd), b"report %d %r\n" % (i, v))

@@ -58,7 +58,9 @@ each:
     final <score>              the final score
 and after each report reads "continue" or "prune" on fd 4
 ($SOMA_CONTROL_FD). Python: "from soma_report import report, final"
-works as is (soma-trial puts the helper on PYTHONPATH). A program that
+works as is (soma-trial puts the helper on PYTHONPATH); a loop that
+reports every step can call report(step, value, wait=False), which does
+not wait for the verdict (it returns True a few steps after a prune). A program that
 does none of this just prints its score as the last line of stdout.
 A non-zero exit, no score, or NaN fails the trial (stderr's tail is kept).
 

@@ -169,6 +169,17 @@ func TestPruneStopsEarly(t *testing.T) {
 			t.Errorf("pruned score = %v, want the last value 0.2", r.Score)
 		}
 	})
+	t.Run("an objective that does not wait for verdicts sees the prune", func(t *testing.T) {
+		// report(..., wait=False): a loop that reports every step never
+		// waits for soma-trial, and still stops on a prune, a few steps
+		// later (issue 13: waiting for every verdict costs two process
+		// wakeups per report). It stops on its own: exit status 0.
+		body := "i = 0\nwhile not report(i, 1.0, wait=False):\n  i += 1\nprint('stopped at', i)\n"
+		r := run(t, Options{Argv: py(t, body), Grace: 10 * time.Second, OnReport: func(step int64, v float64) bool { return step >= 100 }}, nil)
+		if r.Outcome != Pruned || r.PrunedAt != 100 || r.ExitCode != 0 {
+			t.Fatalf("outcome %s at %d, exit %d, want pruned at step 100 and stopped by itself (0)", r.Outcome, r.PrunedAt, r.ExitCode)
+		}
+	})
 	t.Run("objective ignoring the verdict and SIGTERM is killed", func(t *testing.T) {
 		body := "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nfor i in range(10**9):\n  os.write(3, b'report %d 1.0\\n' % i)\n  time.sleep(0.01)\n"
 		r := run(t, Options{Argv: py(t, body), Grace: 200 * time.Millisecond, OnReport: func(step int64, v float64) bool { return step == 2 }}, nil)
