@@ -3,6 +3,7 @@ package objective
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -242,6 +243,18 @@ func TestTimeoutAndSignals(t *testing.T) {
 		r := run(t, Options{Argv: py(t, "time.sleep(3600)\n")}, stop)
 		if r.Outcome != Superseded {
 			t.Errorf("outcome %s, want superseded", r.Outcome)
+		}
+	})
+	t.Run("a program that cannot be executed is a start error", func(t *testing.T) {
+		// Found, but exec fails in the guard: it says so on its status
+		// pipe, and the error is still ErrStart (the loop stops).
+		p := filepath.Join(t.TempDir(), "train")
+		if err := os.WriteFile(p, []byte("#!/bin/sh\necho 1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Run(context.Background(), Options{Argv: []string{p}, Guard: self}, nil)
+		if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), "permission denied") {
+			t.Errorf("Run(not executable) = %v, want ErrStart saying permission denied", err)
 		}
 	})
 	t.Run("missing program is a start error", func(t *testing.T) {
@@ -506,5 +519,53 @@ func TestTreeEndsWithTheAttempt(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The guard itself killed (the OOM killer, a person's kill -9): the
+// objective dies with it (its Pdeathsig), and the run ends failed with
+// the reason, instead of waiting on a pipe that nobody will close.
+func TestGuardKilled(t *testing.T) {
+	dir := t.TempDir()
+	body := "echo $$ > " + dir + "/pid.tmp; mv " + dir + "/pid.tmp " + dir + "/pid; exec sleep 300"
+	done := make(chan Result, 1)
+	go func() { done <- run(t, Options{Argv: []string{"/bin/sh", "-c", body}}, nil) }()
+	var pid int
+	for i := 0; ; i++ {
+		b, err := os.ReadFile(filepath.Join(dir, "pid"))
+		if err == nil {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			break
+		}
+		if i == 600 {
+			t.Fatal("the objective never started")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	guard, _ := strconv.Atoi(f[1])
+	if guard <= 1 || guard == os.Getpid() {
+		t.Fatalf("the objective's parent is %d, want its guard", guard)
+	}
+	if err := syscall.Kill(guard, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.Outcome != Failed || !strings.Contains(r.Reason, "guard") {
+			t.Errorf("outcome %s (%s), want failed naming the guard", r.Outcome, r.Reason)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Run did not return after its guard was killed")
+	}
+	for i := 0; alive(pid); i++ {
+		if i == 600 {
+			t.Fatalf("the objective %d outlived its guard", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
