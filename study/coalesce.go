@@ -108,6 +108,23 @@ func (r *Run) Judge(ctx context.Context, maxAge time.Duration) (bool, error) {
 		r.history, r.historyAt = h, time.Now()
 		r.mu.Unlock()
 	}
+	if _, ok := r.s.pruner.(*PercentilePruner); ok && len(curve) > 1 {
+		// It reads the whole curve (its best value so far) on every
+		// report: over 100k reports, 5e9 looks. The best value of all but
+		// the last entry is kept as values come, and the pruner is given
+		// the two entries that decide the same (percentileView).
+		r.mu.Lock()
+		for ; r.bestN < len(curve)-1; r.bestN++ {
+			if r.bestN == 0 {
+				r.best = math.NaN()
+			}
+			if v := curve[r.bestN].Value; !math.IsNaN(v) && (math.IsNaN(r.best) || h.Direction.Better(v, r.best)) {
+				r.best = v
+			}
+		}
+		curve = percentileView(curve, r.best)
+		r.mu.Unlock()
+	}
 	r.s.askMu.Lock()
 	prune, err := r.s.pruner.Prune(r.number, curve, *h)
 	r.s.askMu.Unlock()
@@ -115,4 +132,14 @@ func (r *Run) Judge(ctx context.Context, maxAge time.Duration) (bool, error) {
 		return false, fmt.Errorf("study %s: trial %d: pruner: %w", r.s.name, r.number, err)
 	}
 	return prune, nil
+}
+
+// percentileView is a step-ordered curve of two or more entries as
+// PercentilePruner sees it: the step before the last, the best value
+// before the last (NaN: none), and the last entry. Its decision depends
+// on nothing else: the last entry, the largest earlier step, and the best
+// value over the whole curve (NaNs ignored).
+func percentileView(curve []Step, bestBefore float64) []Step {
+	n := len(curve)
+	return []Step{{Step: curve[n-2].Step, Value: bestBefore}, curve[n-1]}
 }

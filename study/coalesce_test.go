@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -89,5 +90,53 @@ func TestAddFlushJudge(t *testing.T) {
 	}
 	if err := run.Add(3, 1); !errors.Is(err, ErrFinished) {
 		t.Errorf("Add after Finish = %v, want ErrFinished", err)
+	}
+}
+
+// PercentilePruner decides the same on percentileView as on the whole
+// curve (Judge gives it the view: the whole curve on every report was
+// quadratic over a trial's reports), for random curves with NaNs and
+// random histories, in both directions.
+func TestPercentileViewDecidesTheSame(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	val := func() float64 {
+		if rng.IntN(10) == 0 {
+			return math.NaN()
+		}
+		return float64(rng.IntN(20))
+	}
+	curveOf := func(n int) []Step {
+		var c []Step
+		step := int64(0)
+		for range n {
+			step += int64(1 + rng.IntN(3))
+			c = append(c, Step{Step: step, Value: val()})
+		}
+		return c
+	}
+	decided := map[bool]int{}
+	for i := range 3000 {
+		dir := []Direction{Minimize, Maximize}[i%2]
+		p := &PercentilePruner{Percentile: float64(1 + rng.IntN(98)), Startup: rng.IntN(3), Warmup: int64(rng.IntN(4)), Interval: int64(1 + rng.IntN(3)), MinTrials: 1 + rng.IntN(2)}
+		h := History{Direction: dir}
+		for n := range 1 + rng.IntN(5) {
+			h.Trials = append(h.Trials, Trial{Number: n + 1, State: StateDone, Curve: curveOf(1 + rng.IntN(12))})
+		}
+		curve := curveOf(2 + rng.IntN(12))
+		best := math.NaN()
+		for _, s := range curve[:len(curve)-1] {
+			if !math.IsNaN(s.Value) && (math.IsNaN(best) || dir.Better(s.Value, best)) {
+				best = s.Value
+			}
+		}
+		want, err1 := p.Prune(0, curve, h)
+		got, err2 := p.Prune(0, percentileView(curve, best), h)
+		decided[want]++
+		if got != want || (err1 == nil) != (err2 == nil) {
+			t.Fatalf("case %d: %+v on %v: view says %v (%v), whole curve %v (%v)", i, p, curve, got, err2, want, err1)
+		}
+	}
+	if decided[true] < 100 || decided[false] < 100 {
+		t.Errorf("prune decisions %v: the cases test too little", decided)
 	}
 }

@@ -39,6 +39,8 @@ type Run struct {
 
 	history   *History // Judge's view of the other trials, and when it was read
 	historyAt time.Time
+	best      float64 // the best of curve[:bestN] (NaN: none), for Judge
+	bestN     int
 }
 
 // Study returns the study the run belongs to.
