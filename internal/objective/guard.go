@@ -161,11 +161,11 @@ func guard(args []string) int {
 		close(lines) // soma-trial has gone
 	}()
 
-	objective := true // not reaped yet
+	running := true // the objective, not reaped yet
 	var term, kill <-chan time.Time
 	var sweep *time.Ticker
 	killAll := func() {
-		if objective {
+		if running {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 		}
 		signalTree(syscall.SIGKILL)
@@ -186,7 +186,7 @@ func guard(args []string) int {
 				return 0
 			}
 			if e.pid == pid {
-				objective = false
+				running = false
 				fmt.Fprintf(status, "exit %d\n", int(e.ws))
 				status.Close()
 				term = time.After(grace)
@@ -200,7 +200,7 @@ func guard(args []string) int {
 			verb, arg, _ := strings.Cut(l, " ")
 			switch verb {
 			case "signal":
-				if n, err := strconv.Atoi(arg); err == nil && objective {
+				if n, err := strconv.Atoi(arg); err == nil && running {
 					_ = syscall.Kill(-pid, syscall.Signal(n))
 				}
 			case "kill":
