@@ -35,6 +35,12 @@ type Run struct {
 	blob       fsstore.Digest
 	finished   bool
 	superseded bool
+	pending    bool // Add has added values that are not written yet
+
+	history   *History // Judge's view of the other trials, and when it was read
+	historyAt time.Time
+	best      float64 // the best of curve[:bestN] (NaN: none), for Judge
+	bestN     int
 }
 
 // Study returns the study the run belongs to.
@@ -221,7 +227,7 @@ func (r *Run) Report(ctx context.Context, step int64, value float64) (prune bool
 		r.mu.Unlock()
 		return false, err
 	}
-	r.curve = curve
+	r.curve, r.pending = curve, false
 	r.mu.Unlock()
 
 	if _, none := r.s.pruner.(NonePruner); none {

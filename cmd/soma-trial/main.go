@@ -31,7 +31,12 @@ const (
 	exitInterrupted = 3 // a signal stopped it; the running attempts will be retried
 )
 
-func main() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) }
+func main() {
+	// soma-trial re-executes itself as each objective's guard (the
+	// process that ends the objective's whole tree with its attempt).
+	objective.GuardMain()
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
 
 type usageError struct{ error }
 
@@ -53,9 +58,21 @@ each:
     final <score>              the final score
 and after each report reads "continue" or "prune" on fd 4
 ($SOMA_CONTROL_FD). Python: "from soma_report import report, final"
-works as is (soma-trial puts the helper on PYTHONPATH). A program that
+works as is (soma-trial puts the helper on PYTHONPATH); a loop that
+reports every step can call report(step, value, wait=False), which does
+not wait for the verdict (it returns True a few steps after a prune). A program that
 does none of this just prints its score as the last line of stdout.
 A non-zero exit, no score, or NaN fails the trial (stderr's tail is kept).
+
+THE OBJECTIVE'S PROCESSES end with its attempt. It runs in its own
+process group under a small guard (soma-trial itself, re-executed) that
+adopts every process of its tree, setsid or not. When the objective
+exits, whatever it left running gets 2 s to end on its own, then SIGTERM,
+then SIGKILL 2 s later. On prune (verdict, then after --kill-grace
+SIGTERM, then SIGKILL), --timeout and signals, its process group gets
+the signals, and what is left once it has exited ends as above. If
+soma-trial dies, even by SIGKILL, the guard kills the whole tree at once,
+so a retry of the trial never runs beside a survivor.
 
 EXIT STATUS: 0 budget reached or share done; 1 error; 2 bad usage;
 3 interrupted by a signal (SIGTERM, SIGINT, SIGUSR1 — Slurm's pre-timeout
@@ -165,6 +182,9 @@ func action(c *cli.Context, sig <-chan os.Signal) error {
 		Log:        c.App.ErrWriter,
 		Verbose:    c.Bool("verbose"),
 		PythonPath: helperDir,
+		// The running executable's own file, even if it is replaced on
+		// disk while the study runs.
+		Guard: "/proc/self/exe",
 	}, sig)
 	if err == nil {
 		fmt.Fprintf(c.App.ErrWriter, "soma-trial: %s: ran %d trials (%s); stopped: %s\n", st.Name(), sum.Ran, sum.StatesText(), stopReason(sum.Stopped))

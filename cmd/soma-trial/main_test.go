@@ -444,3 +444,90 @@ func TestSignalLeavesNothingRunning(t *testing.T) {
 		t.Errorf("trial 3: %s, want interrupted", r.State)
 	}
 }
+
+// treeCmd is soma-trial running trial 0 of the test study with
+// testdata/tree.sh as the objective.
+func (e env) treeCmd(t *testing.T, flags ...string) *exec.Cmd {
+	t.Helper()
+	script, _ := filepath.Abs("testdata/tree.sh")
+	args := append([]string{"--root", e.root, "--study", "s"}, budget(2)...)
+	args = append(append(args, flags...), "--trial", "0", "--", "/bin/sh", script)
+	c := exec.Command(bin, args...)
+	c.Env = append(os.Environ(), "MARKS="+e.marks)
+	return c
+}
+
+// treeGone waits until no process of trial 0's tree (the pids tree.sh
+// wrote) is alive, and fails naming the ones that outlive a generous
+// deadline. Only liveness has a deadline; how fast is not asserted.
+func treeGone(t *testing.T, e env) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(e.marks, "0.0.pid.*"))
+	if len(files) != 6 {
+		t.Fatalf("pid files %v, want the objective's and its 5 processes'", files)
+	}
+	pids := map[string]int{}
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			t.Fatalf("%s: %q", f, b)
+		}
+		pids[strings.TrimPrefix(filepath.Ext(f), ".")] = pid
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var left []string
+		for name, pid := range pids {
+			if alive(pid) {
+				left = append(left, fmt.Sprintf("%s (pid %d)", name, pid))
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("processes of the objective's tree outlived soma-trial: %s", strings.Join(left, ", "))
+			for _, pid := range pids {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// alive reports whether pid is a live process (a zombie has ended).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
+}
+
+// Issue 13: with soma-trial killed by SIGKILL, Pdeathsig killed only the
+// objective itself; its children (the sleep of sh -c 'sleep 6; echo end',
+// a setsid escape, a child ignoring SIGTERM) lived on, reparented to
+// init, while the retry of the trial ran elsewhere. Likewise on SIGTERM.
+func TestObjectiveTreeEndsWithSomaTrial(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			e := newEnv(t)
+			c := e.treeCmd(t, "--kill-grace", "1s")
+			var log bytes.Buffer
+			c.Stderr = &log
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waitFile(t, filepath.Join(e.marks, "0.0.start"))
+			c.Process.Signal(sig)
+			c.Wait()
+			if sig == syscall.SIGTERM && c.ProcessState.ExitCode() != exitInterrupted {
+				t.Errorf("exit %d, want %d\n%s", c.ProcessState.ExitCode(), exitInterrupted, log.String())
+			}
+			treeGone(t, e)
+		})
+	}
+}

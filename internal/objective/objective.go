@@ -20,9 +20,16 @@
 //     score: a number alone on the line (for example "0.9312").
 //   - A non-zero exit, no score, or a score that is NaN, infinite or not a
 //     number fails the trial; stderr's tail is kept as the reason.
+//   - The objective runs in its own process group, and its whole process
+//     tree ends with its attempt (see guardArg): what it leaves running
+//     when it exits gets LeftoverGrace (2 s) to end, then SIGTERM, then
+//     SIGKILL 2 s later; prune, timeout and stop signals go to its
+//     process group, and what is left after it exits ends the same way;
+//     if soma-trial dies, even by SIGKILL, the whole tree is killed.
 package objective
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	_ "embed"
@@ -36,10 +43,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Helper is soma_report.py, the dependency-free Python helper.
@@ -75,6 +81,12 @@ type Options struct {
 	OnReport func(step int64, value float64) (prune bool)
 	// PythonPath, if set, is prepended to PYTHONPATH (where soma_report.py is).
 	PythonPath string
+	// Guard is the executable that runs as the objective's guard: a
+	// program that calls GuardMain first thing (soma-trial, or a test
+	// binary from its TestMain), usually "/proc/self/exe", which stays the
+	// running program's file even if it is replaced on disk meanwhile.
+	// Required.
+	Guard string
 }
 
 // StopKind says why a running objective is asked to stop from outside.
@@ -190,40 +202,59 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 		return Result{}, fmt.Errorf("%w: no command given", ErrStart)
 	}
 	// The report pipe (the objective's fd 3) and the verdict pipe (its
-	// fd 4). soma-trial's ends stay out of Go's netpoller: one goroutine
-	// polls the report pipe itself and answers reports inline (watch).
-	// With os.Pipe, a netpoller-registered reader, a goroutine blocked in
-	// Wait and a verdict writer, the wakeups between them cost ~0.2 ms of
-	// CPU per trial (5-10% of a trivial objective's trial at 8 processes
-	// on 2 CPUs).
-	repR, repW, err := pipe()
+	// fd 4): ordinary os.Pipe files. Ours are in Go's netpoller (a
+	// goroutine reading reports parks there without holding a P); the
+	// objective's ends are made blocking when they are handed to it.
+	repR, childRep, err := os.Pipe()
 	if err != nil {
 		return Result{}, fmt.Errorf("objective: pipe: %w", err)
 	}
-	ctlR, ctlW, err := pipe()
+	childCtl, ctlW, err := os.Pipe()
 	if err != nil {
-		unix.Close(repR)
-		unix.Close(repW)
+		repR.Close()
+		childRep.Close()
 		return Result{}, fmt.Errorf("objective: pipe: %w", err)
 	}
-	defer unix.Close(repR)
-	defer unix.Close(ctlW)
-	// Ours are non-blocking: the watcher reads until EAGAIN, and a verdict
-	// the objective never reads is dropped once the pipe is full rather
-	// than stalling the reports. The objective's ends stay blocking.
-	_ = unix.SetNonblock(repR, true)
-	_ = unix.SetNonblock(ctlW, true)
-	childRep, childCtl := os.NewFile(uintptr(repW), "report"), os.NewFile(uintptr(ctlR), "control")
+	defer repR.Close()
+	defer ctlW.Close()
+	verdicts := verdictWriter{ctlW}
 
-	cmd := exec.Command(argv[0], argv[1:]...)
+	// Resolved here as exec.Command resolves it, so that a missing
+	// program is ErrStart before anything runs.
+	look := exec.Command(argv[0])
+	if look.Err != nil {
+		childRep.Close()
+		childCtl.Close()
+		return Result{}, fmt.Errorf("%w: %s: %v", ErrStart, argv[0], look.Err)
+	}
+	if o.Guard == "" {
+		childRep.Close()
+		childCtl.Close()
+		return Result{}, errors.New("objective: Options.Guard is empty (set it to this program's executable, /proc/self/exe, and call objective.GuardMain first in main)")
+	}
+	// The guard's command pipe (its fd 5) and status pipe (its fd 6):
+	// see guardArg.
+	cmdR, cmdW, err := os.Pipe()
+	if err != nil {
+		childRep.Close()
+		childCtl.Close()
+		return Result{}, fmt.Errorf("objective: pipe: %w", err)
+	}
+	statR, statW, err := os.Pipe()
+	if err != nil {
+		childRep.Close()
+		childCtl.Close()
+		cmdR.Close()
+		cmdW.Close()
+		return Result{}, fmt.Errorf("objective: pipe: %w", err)
+	}
+	defer statR.Close()
+	defer cmdW.Close() // the guard's end of commands: after it has exited
+
+	cmd := exec.Command(o.Guard, append([]string{guardArg, LeftoverGrace.String(), look.Path}, argv...)...)
 	cmd.Dir = o.Dir
 	cmd.Env = buildEnv(o)
-	cmd.ExtraFiles = []*os.File{childRep, childCtl} // fd 3, fd 4
-	// Own process group, so signals reach the objective's children too;
-	// Pdeathsig, so an objective never outlives a soma-trial killed with
-	// SIGKILL (its attempt goes stale and is retried elsewhere: a survivor
-	// would run the same trial twice).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.ExtraFiles = []*os.File{childRep, childCtl, cmdR, statW} // fd 3, 4, 5, 6
 	last := &lastLine{}
 	tail := &tailBuffer{max: 4096}
 	// A file for stdout or stderr (soma-trial's logs) is the objective's
@@ -233,8 +264,8 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	var outStart, errStart int64
 	cmd.Stdout, outFile, outStart = direct(o.Stdout, last)
 	cmd.Stderr, errFile, errStart = direct(o.Stderr, tail)
-	// Once it exits, what it left behind holding a stdout or stderr pipe
-	// (a writer that is not a file) is not waited for either.
+	// Once the guard exits, what holds a stdout or stderr pipe (a writer
+	// that is not a file) is not waited for either.
 	cmd.WaitDelay = exitDrain
 	if null, err := devNull(); err == nil {
 		cmd.Stdin = null // opened once, not once per trial
@@ -242,8 +273,19 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	err = cmd.Start()
 	childRep.Close()
 	childCtl.Close()
+	cmdR.Close()
+	statW.Close()
 	if err != nil {
-		return Result{}, fmt.Errorf("%w: %s: %v", ErrStart, argv[0], err)
+		return Result{}, fmt.Errorf("%w: the guard %s: %v", ErrStart, o.Guard, err)
+	}
+	status := bufio.NewReader(statR)
+	first, _ := status.ReadString('\n')
+	if verb, msg, _ := strings.Cut(strings.TrimSpace(first), " "); verb != "pid" {
+		gerr := cmd.Wait()
+		if verb == "error" {
+			return Result{}, fmt.Errorf("%w: %s", ErrStart, msg)
+		}
+		return Result{}, fmt.Errorf("%w: the guard %s did not start the objective (%v; a program that runs objectives calls objective.GuardMain first)", ErrStart, o.Guard, gerr)
 	}
 
 	res := Result{Argv: argv, ExitCode: -1}
@@ -252,6 +294,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	var protoErr string
 	pruneAt := make(chan int64, 1)
 	pruned := false
+	var answers []byte // verdicts not written yet (watch's goroutine only)
 	onLine := func(text string) {
 		kind, step, val, err := parseLine(text)
 		mu.Lock()
@@ -281,12 +324,47 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 			// verdict was told to go on.)
 			verdict = "prune\n"
 		}
-		// EAGAIN (the objective never reads fd 4 and the pipe is full) or
-		// EPIPE (it closed fd 4): the verdict is dropped.
-		_, _ = unix.Write(ctlW, []byte(verdict))
+		answers = append(answers, verdict...)
 	}
-	waitErr := make(chan error, 1)
-	go func() { waitErr <- watch(cmd, repR, onLine) }()
+	// The verdicts of one read's reports, written together (watch).
+	answer := func() {
+		if len(answers) > 0 {
+			verdicts.write(answers)
+			answers = answers[:0]
+		}
+	}
+	// One goroutine reads the reports; another reads the objective's exit
+	// status from the guard, then waits for the guard, which ends once
+	// nothing of the objective's tree is left (see guardArg). The report
+	// pipe's end of file normally comes with that; if something outside
+	// the guard's reach still holds fd 3 (the guard itself was killed),
+	// the reports are read on until the pipe is idle for exitDrain.
+	exited := make(chan exit, 1)
+	guardDone := make(chan struct{})
+	read := make(chan struct{})
+	var draining atomic.Bool
+	go func() {
+		watch(repR, onLine, answer, &draining)
+		close(read)
+	}()
+	go func() {
+		defer close(guardDone)
+		line, _ := status.ReadString('\n')
+		e, ok := parseExit(line)
+		if ok {
+			exited <- e
+		}
+		gerr := cmd.Wait()
+		if !ok {
+			if gerr == nil || errors.Is(gerr, exec.ErrWaitDelay) {
+				gerr = errors.New("it exited")
+			}
+			exited <- exit{err: fmt.Errorf("the objective's guard process ended without its status (%v); the objective was killed with it", gerr)}
+		}
+		draining.Store(true)
+		_ = repR.SetReadDeadline(time.Now().Add(exitDrain))
+		<-read
+	}()
 
 	var timeout <-chan time.Time
 	if o.Timeout > 0 {
@@ -294,35 +372,44 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 		defer t.Stop()
 		timeout = t.C
 	}
-	pgid := cmd.Process.Pid
-	signal := func(sig syscall.Signal) { _ = syscall.Kill(-pgid, sig) }
+	// Signals go through the guard, which sends them to the objective's
+	// process group while it has not reaped the objective; SIGKILL
+	// kills its whole tree. (A write after the guard's exit fails: nothing
+	// is left to signal.)
+	signal := func(sig syscall.Signal) {
+		if sig == syscall.SIGKILL {
+			_, _ = cmdW.WriteString("kill\n")
+			return
+		}
+		_, _ = fmt.Fprintf(cmdW, "signal %d\n", int(sig))
+	}
 	var why Outcome
 	var reason string
-	var werr error
+	var werr exit
 	// escalate asks the objective to stop: first (already done by the
 	// caller), then SIGTERM after a grace, then SIGKILL after another.
-	escalate := func(first syscall.Signal) error {
+	escalate := func(first syscall.Signal) exit {
 		if first != 0 {
 			signal(first)
 		} else {
 			select {
-			case err := <-waitErr:
-				return err
+			case e := <-exited:
+				return e
 			case <-time.After(o.Grace):
 			}
 			signal(syscall.SIGTERM)
 		}
 		select {
-		case err := <-waitErr:
-			return err
+		case e := <-exited:
+			return e
 		case <-time.After(o.Grace):
 		}
 		signal(syscall.SIGKILL)
-		return <-waitErr
+		return <-exited
 	}
 	ctxDone := ctx.Done()
 	select {
-	case werr = <-waitErr:
+	case werr = <-exited:
 	case step := <-pruneAt:
 		why, res.PrunedAt = Pruned, step
 		reason = fmt.Sprintf("pruned at step %d", step)
@@ -343,6 +430,9 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 		werr = escalate(syscall.SIGTERM)
 	}
 	res.Duration = time.Since(start)
+	// The attempt ends with the objective's whole tree (the guard gives
+	// what it left running LeftoverGrace, then SIGTERM, then SIGKILL).
+	<-guardDone
 	if errFile != nil {
 		readTail(errFile, errStart, tail)
 	}
@@ -350,12 +440,8 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	if outFile != nil {
 		readTail(outFile, outStart, last)
 	}
-	var ee *exec.ExitError
-	switch {
-	case werr == nil:
-		res.ExitCode = 0
-	case errors.As(werr, &ee):
-		res.ExitCode = ee.ExitCode()
+	if werr.err == nil && werr.ws.Exited() {
+		res.ExitCode = werr.ws.ExitStatus()
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -417,12 +503,29 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	return res, nil
 }
 
-func killedBy(err error) (syscall.Signal, bool) {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return ws.Signal(), true
-		}
+// exit is how the objective ended, as its guard saw it: a wait status,
+// or err when the guard could not tell (it died).
+type exit struct {
+	ws  syscall.WaitStatus
+	err error
+}
+
+// parseExit reads the guard's "exit <wait status>" line.
+func parseExit(line string) (exit, bool) {
+	t, ok := strings.CutPrefix(strings.TrimSpace(line), "exit ")
+	if !ok {
+		return exit{}, false
+	}
+	n, err := strconv.ParseUint(t, 10, 32)
+	if err != nil {
+		return exit{}, false
+	}
+	return exit{ws: syscall.WaitStatus(n)}, true
+}
+
+func killedBy(e exit) (syscall.Signal, bool) {
+	if e.err == nil && e.ws.Signaled() {
+		return e.ws.Signal(), true
 	}
 	return 0, false
 }
@@ -438,15 +541,14 @@ func isStopSignal(sig syscall.Signal) bool {
 	return false
 }
 
-func exitReason(err error) string {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return "killed by " + ws.Signal().String()
-		}
-		return fmt.Sprintf("exit status %d", ee.ExitCode())
+func exitReason(e exit) string {
+	switch {
+	case e.err != nil:
+		return e.err.Error()
+	case e.ws.Signaled():
+		return "killed by " + e.ws.Signal().String()
 	}
-	return err.Error()
+	return fmt.Sprintf("exit status %d", e.ws.ExitStatus())
 }
 
 // parseLine reads one line of the report protocol.

@@ -1,12 +1,19 @@
 package objective
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,8 +33,20 @@ func py(t *testing.T, body string) []string {
 	return []string{testutil.Python(), p}
 }
 
+// TestMain lets this test binary be the objectives' guard (Options.Guard).
+func TestMain(m *testing.M) {
+	GuardMain()
+	os.Exit(m.Run())
+}
+
+// self is this test binary, the guard of the objectives it runs.
+const self = "/proc/self/exe"
+
 func run(t *testing.T, o Options, stop <-chan Stop) Result {
 	t.Helper()
+	if o.Guard == "" {
+		o.Guard = self
+	}
 	if o.Grace == 0 {
 		o.Grace = 300 * time.Millisecond
 	}
@@ -151,6 +170,17 @@ func TestPruneStopsEarly(t *testing.T) {
 			t.Errorf("pruned score = %v, want the last value 0.2", r.Score)
 		}
 	})
+	t.Run("an objective that does not wait for verdicts sees the prune", func(t *testing.T) {
+		// report(..., wait=False): a loop that reports every step never
+		// waits for soma-trial, and still stops on a prune, a few steps
+		// later (issue 13: waiting for every verdict costs two process
+		// wakeups per report). It stops on its own: exit status 0.
+		body := "i = 0\nwhile not report(i, 1.0, wait=False):\n  i += 1\nprint('stopped at', i)\n"
+		r := run(t, Options{Argv: py(t, body), Grace: 10 * time.Second, OnReport: func(step int64, v float64) bool { return step >= 100 }}, nil)
+		if r.Outcome != Pruned || r.PrunedAt != 100 || r.ExitCode != 0 {
+			t.Fatalf("outcome %s at %d, exit %d, want pruned at step 100 and stopped by itself (0)", r.Outcome, r.PrunedAt, r.ExitCode)
+		}
+	})
 	t.Run("objective ignoring the verdict and SIGTERM is killed", func(t *testing.T) {
 		body := "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nfor i in range(10**9):\n  os.write(3, b'report %d 1.0\\n' % i)\n  time.sleep(0.01)\n"
 		r := run(t, Options{Argv: py(t, body), Grace: 200 * time.Millisecond, OnReport: func(step int64, v float64) bool { return step == 2 }}, nil)
@@ -215,8 +245,20 @@ func TestTimeoutAndSignals(t *testing.T) {
 			t.Errorf("outcome %s, want superseded", r.Outcome)
 		}
 	})
+	t.Run("a program that cannot be executed is a start error", func(t *testing.T) {
+		// Found, but exec fails in the guard: it says so on its status
+		// pipe, and the error is still ErrStart (the loop stops).
+		p := filepath.Join(t.TempDir(), "train")
+		if err := os.WriteFile(p, []byte("#!/bin/sh\necho 1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Run(context.Background(), Options{Argv: []string{p}, Guard: self}, nil)
+		if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), "permission denied") {
+			t.Errorf("Run(not executable) = %v, want ErrStart saying permission denied", err)
+		}
+	})
 	t.Run("missing program is a start error", func(t *testing.T) {
-		_, err := Run(context.Background(), Options{Argv: []string{"/nonexistent/train"}}, nil)
+		_, err := Run(context.Background(), Options{Argv: []string{"/nonexistent/train"}, Guard: self}, nil)
 		if err == nil || !strings.Contains(err.Error(), "cannot start") {
 			t.Errorf("Run(missing) = %v, want ErrStart", err)
 		}
@@ -238,6 +280,30 @@ func TestReportPipe(t *testing.T) {
 			t.Fatalf("outcome %s (%s) with %d steps, want done with 20000", r.Outcome, r.Reason, len(r.Curve))
 		}
 	})
+	t.Run("verdicts that fill the pipe are dropped whole, never cut", func(t *testing.T) {
+		// Verdicts are written a read's worth at a time; into a full pipe
+		// a write over PIPE_BUF writes what fits, which could cut a line.
+		// The objective reads fd 4 only once soma-trial has had a second
+		// to fill it (if it had not, nothing is checked, nothing flakes).
+		out := filepath.Join(t.TempDir(), "verdicts")
+		body := "for i in range(20000):\n  os.write(3, b'report %d 0.5\\n' % i)\ntime.sleep(1)\nos.set_blocking(4, False)\nb = b''\ntry:\n  while True:\n    c = os.read(4, 1 << 16)\n    if not c: break\n    b += c\nexcept BlockingIOError:\n  pass\nopen(" + pyStr(out) + ", 'wb').write(b)\nfinal(1.0)\n"
+		r := run(t, Options{Argv: py(t, body), OnReport: func(int64, float64) bool { return false }}, nil)
+		if r.Outcome != Done || len(r.Curve) != 20000 {
+			t.Fatalf("outcome %s (%s) with %d steps, want done with 20000", r.Outcome, r.Reason, len(r.Curve))
+		}
+		got, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(got); n > 0 && got[n-1] != '\n' {
+			t.Errorf("the verdicts end in %q: a line cut in two", got[max(0, n-20):])
+		}
+		for i, l := range strings.Split(strings.TrimSuffix(string(got), "\n"), "\n") {
+			if l != "continue" && len(got) > 0 {
+				t.Fatalf("verdict %d is %q, want continue", i, l)
+			}
+		}
+	})
 	t.Run("reports after a prune are answered prune", func(t *testing.T) {
 		// The objective reads each verdict, ignores the prune and
 		// reports twice more, then exits on its own.
@@ -253,9 +319,10 @@ func TestReportPipe(t *testing.T) {
 		}
 	})
 	t.Run("reports in the first milliseconds and after them count", func(t *testing.T) {
-		// The first report comes at once, while watch polls raw (rawPoll,
-		// with two Ps or more), the next after 50 ms, past it; with one P
-		// every poll is the ordinary one.
+		// The first report comes at once, the next after 50 ms, when the
+		// reading goroutine has parked in the netpoller; with one P and
+		// with two. (Until issue 13 the first 5 ms were read with a raw
+		// ppoll and the rest with an ordinary one: this pinned both.)
 		body := "echo 'report 0 0.25' >&3; sleep 0.05; echo 'report 1 0.5' >&3; echo 'final 0.75' >&3"
 		for _, procs := range []int{1, 2} {
 			prev := runtime.GOMAXPROCS(procs)
@@ -264,6 +331,21 @@ func TestReportPipe(t *testing.T) {
 			if r.Outcome != Done || r.Score != 0.75 || len(r.Curve) != 2 {
 				t.Errorf("GOMAXPROCS=%d: outcome %s (%s) score %v with %d steps, want done 0.75 with 2", procs, r.Outcome, r.Reason, r.Score, len(r.Curve))
 			}
+		}
+	})
+	t.Run("reports still in the pipe at the exit all count, however slow their answers", func(t *testing.T) {
+		// Regression: the exit set a fixed read deadline exitDrain (2 s)
+		// ahead, and the reports still in the pipe once answering them
+		// took longer were lost (a trial of 2000 reports failed with
+		// "nothing on fd $SOMA_REPORT_FD").
+		const n = 3000 // ~45 KiB: in the pipe, more than one read
+		body := "for i in range(" + strconv.Itoa(n) + "):\n  os.write(3, b'report %d 0.5\\n' % i)\nos.write(3, b'final 1.0\\n')\n"
+		r := run(t, Options{Argv: py(t, body), OnReport: func(int64, float64) bool {
+			time.Sleep(time.Millisecond) // 3 s over all: past exitDrain
+			return false
+		}}, nil)
+		if r.Outcome != Done || len(r.Curve) != n {
+			t.Errorf("outcome %s (%s) with %d steps, want done with %d", r.Outcome, r.Reason, len(r.Curve), n)
 		}
 	})
 	t.Run("a last line without a newline counts", func(t *testing.T) {
@@ -306,4 +388,184 @@ func TestReportPipe(t *testing.T) {
 			t.Fatal("Run waited for a background process holding fd 3 and stdout")
 		}
 	})
+}
+
+// TestNoRawSystemCalls: the package does its blocking I/O through Go's
+// ordinary calls. Issue 13: watch polled the report pipe with a raw
+// ppoll(2) (unix.RawSyscall6), which keeps its P while blocked; on a
+// shared filesystem's slow moments that holds up the GC's stop-the-world
+// and every heartbeat of the process with it.
+func TestNoRawSystemCalls(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if sel, ok := n.(*ast.SelectorExpr); ok && strings.HasPrefix(sel.Sel.Name, "RawSyscall") {
+				t.Errorf("%s: %s: a raw system call (use the ordinary call, or an *os.File in the netpoller)", fset.Position(sel.Pos()), sel.Sel.Name)
+			}
+			return true
+		})
+	}
+}
+
+// tree is a shell objective that starts a process tree before it does
+// what mode says, each process writing its pid to a file in dir:
+//
+//	bg      a background child
+//	grand   a grandchild, under a child that waits for it
+//	setsid  a child in a session of its own (out of the process group)
+//	orphan  a grandchild whose setsid parent exits (reparented)
+//	noterm  a child that ignores SIGTERM
+//
+// Then mode: "exit" prints a score and exits; "report" reports step 0
+// and sleeps; "sleep" sleeps.
+func tree(dir, mode string) []string {
+	body := `d=` + dir + `
+sh -c 'echo $$ > '$d'/bg.tmp; mv '$d'/bg.tmp '$d'/bg; exec sleep 300' &
+sh -c 'sh -c "echo \$\$ > '$d'/grand.tmp; mv '$d'/grand.tmp '$d'/grand; exec sleep 300" & wait' &
+setsid sh -c 'echo $$ > '$d'/setsid.tmp; mv '$d'/setsid.tmp '$d'/setsid; exec sleep 300' &
+setsid sh -c 'sh -c "echo \$\$ > '$d'/orphan.tmp; mv '$d'/orphan.tmp '$d'/orphan; exec sleep 300" &' &
+sh -c 'trap "" TERM; echo $$ > '$d'/noterm.tmp; mv '$d'/noterm.tmp '$d'/noterm; exec sleep 300' &
+for f in bg grand setsid orphan noterm; do while [ ! -e $d/$f ]; do sleep 0.01; done; done
+case ` + mode + ` in
+exit) echo 1.5 ;;
+report) echo 'report 0 1.0' >&3; read v <&4; sleep 300 ;;
+sleep) sleep 300 ;;
+esac
+`
+	return []string{"/bin/sh", "-c", body}
+}
+
+// treePids reads the pids tree's processes wrote to dir.
+func treePids(t *testing.T, dir string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, name := range []string{"bg", "grand", "setsid", "orphan", "noterm"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatalf("the objective's %s process never started: %v", name, err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			t.Fatalf("%s: pid %q: %v", name, b, err)
+		}
+		out[name] = pid
+	}
+	return out
+}
+
+// alive reports whether pid is a live process (not a zombie: a zombie has
+// ended, only its parent has not reaped it yet).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
+}
+
+// TestTreeEndsWithTheAttempt: an objective's whole process tree ends with
+// its run, however the run ends. Issue 13: Pdeathsig reached the direct
+// child only and signals went to its process group only, so a
+// background child outlived a normal exit, and setsid escapes outlived
+// everything.
+func TestTreeEndsWithTheAttempt(t *testing.T) {
+	tests := []struct {
+		name    string
+		mode    string
+		opts    func(o *Options, stop chan Stop)
+		outcome Outcome
+	}{
+		{"normal exit", "exit", func(*Options, chan Stop) {}, Done},
+		{"prune", "report", func(o *Options, _ chan Stop) {
+			o.OnReport = func(int64, float64) bool { return true }
+		}, Pruned},
+		{"timeout", "sleep", func(o *Options, _ chan Stop) { o.Timeout = 3 * time.Second }, Failed},
+		{"stop signal", "report", func(o *Options, stop chan Stop) {
+			o.OnReport = func(int64, float64) bool {
+				stop <- Stop{Kind: StopSignal, Signal: syscall.SIGTERM}
+				return false
+			}
+		}, Interrupted},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			stop := make(chan Stop, 1)
+			o := Options{Argv: tree(dir, tc.mode), Grace: 300 * time.Millisecond}
+			tc.opts(&o, stop)
+			r := run(t, o, stop)
+			if r.Outcome != tc.outcome {
+				t.Errorf("outcome %s (%s), want %s", r.Outcome, r.Reason, tc.outcome)
+			}
+			// Run returns once the tree is gone: no process of it may be
+			// left, not even for a moment.
+			for name, pid := range treePids(t, dir) {
+				if alive(pid) {
+					t.Errorf("%s process %d outlived the run", name, pid)
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		})
+	}
+}
+
+// The guard itself killed (the OOM killer, a person's kill -9): the
+// objective dies with it (its Pdeathsig), and the run ends failed with
+// the reason, instead of waiting on a pipe that nobody will close.
+func TestGuardKilled(t *testing.T) {
+	dir := t.TempDir()
+	body := "echo $$ > " + dir + "/pid.tmp; mv " + dir + "/pid.tmp " + dir + "/pid; exec sleep 300"
+	done := make(chan Result, 1)
+	go func() { done <- run(t, Options{Argv: []string{"/bin/sh", "-c", body}}, nil) }()
+	var pid int
+	for i := 0; ; i++ {
+		b, err := os.ReadFile(filepath.Join(dir, "pid"))
+		if err == nil {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			break
+		}
+		if i == 600 {
+			t.Fatal("the objective never started")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	guard, _ := strconv.Atoi(f[1])
+	if guard <= 1 || guard == os.Getpid() {
+		t.Fatalf("the objective's parent is %d, want its guard", guard)
+	}
+	if err := syscall.Kill(guard, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.Outcome != Failed || !strings.Contains(r.Reason, "guard") {
+			t.Errorf("outcome %s (%s), want failed naming the guard", r.Outcome, r.Reason)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Run did not return after its guard was killed")
+	}
+	for i := 0; alive(pid); i++ {
+		if i == 600 {
+			t.Fatalf("the objective %d outlived its guard", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

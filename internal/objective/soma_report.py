@@ -14,15 +14,21 @@ prints the score, so the same script runs by hand.
 The protocol, for other languages (one line each, UTF-8, newline-ended):
   on fd $SOMA_REPORT_FD you write   "report <step> <value>"  or  "final <score>"
   after each report, on fd $SOMA_CONTROL_FD you read one line: "continue" or "prune"
+(report(step, value, wait=False) reads the verdicts that have come, without waiting)
 """
 
 import math
 import os
+import select
 
 __all__ = ["report", "final", "params"]
 
 _out = None
-_in = None
+_in = None  # fd $SOMA_CONTROL_FD, read raw (select() must see what is unread)
+_buf = b""
+_pending = 0  # reports whose verdict has not been read yet
+_last = ""  # the last verdict read
+_pruned = False  # a verdict said prune
 
 
 def _fds():
@@ -30,7 +36,7 @@ def _fds():
     if _out is None and os.environ.get("SOMA_REPORT_FD"):
         _out = os.fdopen(int(os.environ["SOMA_REPORT_FD"]), "w", buffering=1)
         if os.environ.get("SOMA_CONTROL_FD"):
-            _in = os.fdopen(int(os.environ["SOMA_CONTROL_FD"]), "r")
+            _in = int(os.environ["SOMA_CONTROL_FD"])
     return _out, _in
 
 
@@ -41,8 +47,33 @@ def params():
     return json.loads(os.environ.get("SOMA_PARAMS", "{}"))
 
 
-def report(step, value):
-    """Report an intermediate value at an integer step; return True if the trial should stop."""
+def _verdicts(block):
+    """Read the verdicts of earlier reports: all of them if block, else
+    those already there."""
+    global _buf, _pending, _last, _pruned
+    while _pending:
+        i = _buf.find(b"\n")
+        if i >= 0:
+            _last, _buf = _buf[:i].strip().decode(), _buf[i + 1 :]
+            _pending -= 1
+            _pruned = _pruned or _last == "prune"
+            continue
+        if not block and not select.select([_in], [], [], 0)[0]:
+            return
+        chunk = os.read(_in, 4096)
+        if not chunk:  # fd 4 closed: no more verdicts
+            _pending, _last = 0, ""
+            return
+        _buf += chunk
+
+
+def report(step, value, wait=True):
+    """Report an intermediate value at an integer step; return True if the trial should stop.
+
+    With wait=False, report() does not wait for this step's verdict: it
+    returns True once any verdict that has come says prune (a step or a
+    few later than wait=True would). A loop that reports every step then
+    never waits for soma-trial."""
     out, inp = _fds()
     value = float(value)
     if out is None:
@@ -51,8 +82,12 @@ def report(step, value):
     out.flush()
     if inp is None:
         return False
-    verdict = inp.readline().strip()
-    return verdict == "prune"
+    global _pending
+    _pending += 1
+    _verdicts(wait)
+    if wait:
+        return _last == "prune"
+    return _pruned
 
 
 def final(score):

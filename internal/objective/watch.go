@@ -3,11 +3,10 @@ package objective
 import (
 	"bytes"
 	"errors"
-	"os/exec"
-	"runtime"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,14 +16,11 @@ import (
 // on a full pipe).
 const maxLine = 1 << 20
 
-// exitLook is how often watch looks whether the objective has exited
-// while the report pipe stays open: only when something else holds its
-// fd 3 (a grandchild it left behind, which soma-trial waits for at most
-// exitDrain), so the look costs nothing in the usual case.
-const (
-	exitLook  = 250 * time.Millisecond
-	exitDrain = 2 * time.Second
-)
+// exitDrain is how long the report pipe is read on after the objective
+// has exited while something else still holds its fd 3 (a process it
+// left behind): what that process writes meanwhile counts, and then the
+// run ends without it.
+const exitDrain = 2 * time.Second
 
 // chunks are watch's read buffers, kept between trials: a fresh 16 KiB
 // per trial was zeroed and page-faulted in for a few bytes of reports.
@@ -32,30 +28,34 @@ const chunkSize = 16 << 10
 
 var chunks = sync.Pool{New: func() any { return new([chunkSize]byte) }}
 
-// pipe makes a pipe whose ends close on exec (the objective gets its
-// ends through ExtraFiles, dup'ed to fd 3 and fd 4 in the child).
-func pipe() (r, w int, err error) {
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-		return -1, -1, err
-	}
-	return p[0], p[1], nil
-}
-
-// watch reads the report pipe fd (non-blocking) line by line, calling
-// line for each, until every writer has closed it, and returns how the
-// objective exited (cmd.Wait's error). The objective's exit normally
-// closes the pipe's last writer; if a process it left behind still holds
-// fd 3, watch notices the exit within exitLook and reads on for at most
-// exitDrain. A last line without a newline counts.
+// watch reads the report pipe r line by line, calling line for each,
+// until every writer has closed it or, once draining is set (the
+// objective's guard has exited), the pipe stays idle for exitDrain, and
+// returns. A last line without a newline counts.
 //
-// It is one goroutine in poll(2): the objective's whole run costs one
-// thread wakeup per batch of reports and one at the end.
-func watch(cmd *exec.Cmd, fd int, line func(string)) error {
+// The drain's deadline moves on with every read: what the objective wrote
+// before it exited is read however long line takes over it. (A fixed
+// deadline set at the exit lost the reports still in the pipe when
+// answering them took more than exitDrain.)
+//
+// r is an ordinary *os.File from os.Pipe: a read that waits parks the
+// goroutine in Go's netpoller and gives its P back. (Until issue 13 this
+// was a raw ppoll(2) in the first 5 ms of a run, which kept its P while
+// blocked: it saved ~7% CPU per trivial trial on a local disk by sparing
+// sysmon's retakes of the P, but a raw call that blocks holds up the GC's
+// stop-the-world for as long as it blocks, and with it every heartbeat
+// of the process; soma is for shared filesystems, where nothing may hold
+// the runtime hostage. Robust before fast.)
+//
+// answered is called after the lines of each read: Run writes the
+// verdicts of those lines then, in one write(2). An objective that waits
+// for each verdict sends one report per read anyway; one that writes its
+// reports without reading them got a write(2) per report (42% of
+// soma-trial's CPU over 100k reports, before).
+func watch(r *os.File, line func(string), answered func(), draining *atomic.Bool) {
 	var (
 		partial  []byte
 		skipping bool // inside a line longer than maxLine
-		exitedAt time.Time
 		chunk    = chunks.Get().(*[chunkSize]byte)[:]
 	)
 	defer chunks.Put((*[chunkSize]byte)(chunk))
@@ -73,116 +73,78 @@ func watch(cmd *exec.Cmd, fd int, line func(string)) error {
 				return
 			}
 			if !skipping {
-				partial = append(partial, b[:i]...)
-				line(string(partial))
+				if len(partial) == 0 {
+					line(string(b[:i])) // the usual case: a whole line in one read
+				} else {
+					partial = append(partial, b[:i]...)
+					line(string(partial))
+				}
 			}
 			partial, skipping = partial[:0], false
 			b = b[i+1:]
 		}
 	}
-	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	var rawUntil time.Time // see rawPoll
-	if runtime.GOMAXPROCS(0) >= 2 {
-		rawUntil = time.Now().Add(rawPoll)
-	}
 	for {
-		timeout := exitLook
-		if !exitedAt.IsZero() {
-			timeout = exitDrain - time.Since(exitedAt)
-			if timeout <= 0 {
-				break
-			}
-		}
-		var n int
-		var err error
-		if left := time.Until(rawUntil); left > 0 {
-			n, err = pollRaw(pfd, min(left, timeout))
-			if n == 0 && err == nil {
-				continue // on in the ordinary poll
-			}
-		} else {
-			n, err = unix.Poll(pfd, int(timeout/time.Millisecond)+1)
-		}
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil || pfd[0].Revents&unix.POLLNVAL != 0 {
-			break // cannot happen with our own open fd; wait for the exit
-		}
-		if n == 0 {
-			if exitedAt.IsZero() && exited(cmd.Process.Pid) {
-				exitedAt = time.Now()
-			}
-			continue
-		}
-		eof := false
-		for {
-			k, err := unix.Read(fd, chunk)
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			if err != nil {
-				// EAGAIN: all read for now. Anything else: the pipe is
-				// unreadable; stop, rather than poll it in a loop.
-				eof = !errors.Is(err, unix.EAGAIN)
-				break
-			}
-			if k == 0 {
-				eof = true
-				break
-			}
+		k, err := r.Read(chunk)
+		if k > 0 {
 			feed(chunk[:k])
+			answered()
+			if draining.Load() {
+				_ = r.SetReadDeadline(time.Now().Add(exitDrain))
+			}
 		}
-		if eof {
+		if err != nil {
+			// io.EOF: every writer closed it. os.ErrDeadlineExceeded: the
+			// objective exited exitDrain ago and a process it left behind
+			// still holds fd 3. Anything else cannot happen with our own
+			// pipe; stop rather than read it in a loop.
 			break
 		}
 	}
 	if len(partial) > 0 && !skipping {
 		line(string(partial))
+		answered()
 	}
-	err := cmd.Wait()
-	if errors.Is(err, exec.ErrWaitDelay) {
-		// It exited with status 0; something it left behind still holds
-		// a stdout or stderr pipe (cmd.WaitDelay). Its output so far counts.
-		err = nil
-	}
-	return err
 }
 
-// rawPoll is how long into an objective's run watch polls as a raw system
-// call (pollRaw), with GOMAXPROCS >= 2.
-//
-// Why: a goroutine in an ordinary blocking call leaves its P in the
-// scheduler's syscall state, and sysmon, the runtime's monitor thread,
-// retakes such a P whenever no other P is idle, which sends sysmon back
-// to waking every 20 µs (see fsstore's fsyncer). While a short objective
-// runs, the runner is often busy on the other P (recording the last
-// attempt, claiming the next): both busy, a retake. A raw call keeps its
-// P, so there is nothing to retake. Measured with 8 processes on 2 CPUs and /bin/echo as the
-// objective, on top of raw fsyncs, in five shuffled rounds: CPU per trial
-// 2.70 -> 2.51 ms (median), rate 0.82 -> 0.85 of the floor's; the count
-// of sysmon's wakeups moved less than its noise (17-21 per trial either
-// way), so the gain is mostly the retakes' handoffs. Past rawPoll the
-// ordinary call takes over: a long run then costs sysmon nothing (its P
-// is retaken once and the process sleeps), and the P is not held from
-// the rest of the process for long.
-const rawPoll = 5 * time.Millisecond
+// verdictWriter writes verdicts to the control pipe (the objective's fd
+// 4) without ever waiting: a verdict that does not fit because the
+// objective never reads them (the pipe is full) or closed fd 4 is
+// dropped, rather than stall the reports behind it. One non-blocking
+// write(2) through the file's RawConn: an *os.File's own Write would
+// park until the pipe drains.
+// pipeBuf is PIPE_BUF on Linux: the most a write to a pipe writes
+// atomically (pipe(7)).
+const pipeBuf = 4096
 
-// pollRaw is ppoll(2) on fds for at most d, as a raw system call.
-func pollRaw(fds []unix.PollFd, d time.Duration) (int, error) {
-	ts := unix.NsecToTimespec(int64(d))
-	n, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)),
-		uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
+type verdictWriter struct {
+	f *os.File
 }
 
-// exited reports whether process pid (a child) has exited, without
-// reaping it: cmd.Wait does that.
-func exited(pid int) bool {
-	var info unix.Siginfo
-	err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
-	return err != nil || info.Signo != 0
+// write writes b, whole verdict lines, as far as the pipe takes them, and
+// drops the rest. Each write(2) is at most PIPE_BUF bytes cut at a line's
+// end: a pipe writes that much all at once or not at all (pipe(7)), so a
+// verdict is never cut in two by a full pipe.
+func (v verdictWriter) write(b []byte) {
+	rc, err := v.f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Write(func(fd uintptr) bool {
+		for len(b) > 0 {
+			n := len(b)
+			if n > pipeBuf {
+				n = bytes.LastIndexByte(b[:pipeBuf], '\n') + 1
+			}
+			_, err := unix.Write(int(fd), b[:n])
+			switch {
+			case errors.Is(err, unix.EINTR):
+				continue
+			case err != nil:
+				return true // dropped (EAGAIN: full; EPIPE: fd 4 closed)
+			}
+			b = b[n:]
+		}
+		return true
+	})
 }

@@ -134,6 +134,7 @@ func Build(t testing.TB, dir string) *Fixture {
 					Argv: argv, Trial: -1, MaxTrials: n / len(hosts), Parallel: 1,
 					Who:        study.Who{Host: h, PID: 1000 + i, Job: "77_" + string(rune('1'+i))},
 					PythonPath: helper, NoWait: true, KillGrace: 5 * time.Second,
+					Guard: "/proc/self/exe", // a binary whose TestMain is Shared.Main
 				}, nil)
 				errs <- err
 			}()
@@ -283,6 +284,9 @@ type Shared struct {
 // Main makes the fixture's folder, runs the tests and removes it; it
 // returns m.Run's code for os.Exit.
 func (s *Shared) Main(m *testing.M) int {
+	// The fixture runs objectives: this test binary is their guard
+	// (objective.Options.Guard).
+	objective.GuardMain()
 	dir, err := os.MkdirTemp("", "soma-fixture-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

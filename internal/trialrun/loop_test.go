@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/soma-hpc/soma/internal/testutil"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -74,7 +75,7 @@ func TestRecordErrorStopsTheLoopCleanly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = Run(ctx, st, root, Options{Argv: []string{"/bin/echo", "1"}, Trial: -1, Who: study.Who{Host: "h", PID: os.Getpid()}}, nil)
+	_, err = Run(ctx, st, root, Options{Argv: []string{"/bin/echo", "1"}, Trial: -1, Who: study.Who{Host: "h", PID: os.Getpid()}, Guard: self}, nil)
 	if err == nil || !strings.Contains(err.Error(), "no space left") {
 		t.Fatalf("Run = %v, want the record's error", err)
 	}
@@ -109,7 +110,7 @@ func TestPrefetchedClaimKeepsBeating(t *testing.T) {
 	obj := []string{"/bin/sh", "-c", `if [ "$SOMA_TRIAL" = 1 ]; then sleep 5; fi; echo 1`}
 	done := make(chan error, 1)
 	go func() {
-		_, err := Run(ctx, st, root, Options{Argv: obj, Trial: -1, Who: study.Who{Host: "h", PID: os.Getpid()}}, nil)
+		_, err := Run(ctx, st, root, Options{prefetchBelow: 4 * time.Second, Argv: obj, Trial: -1, Who: study.Who{Host: "h", PID: os.Getpid()}, Guard: self}, nil)
 		done <- err
 	}()
 	time.Sleep(grace + 1500*time.Millisecond)
@@ -162,7 +163,7 @@ func TestSignalGivesBackThePrefetchedClaim(t *testing.T) {
 	sig := make(chan os.Signal, 1)
 	done := make(chan error, 1)
 	go func() {
-		_, err := Run(ctx, st, root, Options{Argv: obj, Trial: -1, Who: study.Who{Host: "h", PID: os.Getpid()}, KillGrace: time.Second}, sig)
+		_, err := Run(ctx, st, root, Options{prefetchBelow: 4 * time.Second, Argv: obj, Trial: -1, Who: study.Who{Host: "h", PID: os.Getpid()}, Guard: self, KillGrace: time.Second}, sig)
 		done <- err
 	}()
 	// Wait until trial 2 is held (claimed while trial 1 runs).
@@ -217,7 +218,7 @@ func TestLogThatCannotBeOpenedGivesTheTrialBack(t *testing.T) {
 				}
 			}
 			var log strings.Builder
-			o := Options{Argv: []string{"/bin/echo", "1"}, Trial: -1, Parallel: parallel, Who: who, Log: &log}
+			o := Options{Argv: []string{"/bin/echo", "1"}, Trial: -1, Parallel: parallel, Who: who, Log: &log, Guard: self}
 			_, err = Run(ctx, st, root, o, nil)
 			if err == nil || !strings.Contains(err.Error(), "is a directory") || !strings.Contains(err.Error(), "recorded interrupted") {
 				t.Errorf("Run = %v, want the log's error, saying the attempt is recorded interrupted", err)
@@ -242,5 +243,50 @@ func TestLogThatCannotBeOpenedGivesTheTrialBack(t *testing.T) {
 				t.Fatalf("Run after the fix = %+v, %v; want 4 done, the budget reached", sum, err)
 			}
 		})
+	}
+}
+
+// Issue 13: every report rewrote the attempt's record and a curve blob
+// holding the whole curve so far (1.5-3 ms each, growing with the curve:
+// 20000 reports took a trial 75 s). Reports are coalesced now, and the
+// curve in the ended record's blob must still hold every one of them.
+func TestManyReportsAllLandInTheCurve(t *testing.T) {
+	testutil.NeedPython(t, "os")
+	ctx := context.Background()
+	root, store, spec := newLoopStore(t, 1)
+	st, err := study.Open(ctx, store, "s", spec, study.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 100000
+	obj := []string{testutil.Python(), "-c", `import os
+w = os.fdopen(3, "w", buffering=1 << 16)
+for i in range(` + strconv.Itoa(n) + `):
+    w.write("report %d %r\n" % (i, 1.0 / (i + 1)))
+w.write("final 0.5\n")
+w.close()
+`}
+	if _, err := Run(ctx, st, root, Options{Argv: obj, Trial: -1, Who: study.Who{Host: "h", PID: os.Getpid()}, Guard: self}, nil); err != nil {
+		t.Fatal(err)
+	}
+	other, err := study.Open(ctx, store, "s", nil, study.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := other.Curves(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, ok := snap.Trial(0)
+	if !ok || r.State != study.StateDone {
+		t.Fatalf("trial 0 = %s (found %v), want done", r.State, ok)
+	}
+	if len(r.Curve) != n {
+		t.Fatalf("the curve holds %d steps, want %d", len(r.Curve), n)
+	}
+	for i, s := range r.Curve {
+		if s.Step != int64(i) || s.Value != 1.0/float64(i+1) {
+			t.Fatalf("step %d of the curve = %+v, want {Step:%d Value:%v}", i, s, i, 1.0/float64(i+1))
+		}
 	}
 }
