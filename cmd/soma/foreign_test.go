@@ -42,7 +42,7 @@ func TestStatusNamesForeignTrials(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := trialrun.Run(ctx, st, root, trialrun.Options{Argv: []string{"/bin/echo", "1"}, Trial: -1, Who: study.Me("")}, nil); err != nil {
+	if _, err := trialrun.Run(ctx, st, root, trialrun.Options{Argv: []string{"/bin/echo", "1"}, Trial: -1, Who: study.Me(""), Guard: "/proc/self/exe"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errOut := soma("status", root, "--study", "s", "--verbose")
