@@ -71,7 +71,7 @@ func (s *Store) publishBlob(tmp string, d Digest) error {
 	if err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("put %s: %w", d, err)
 	}
-	return syncDir(filepath.Dir(dst), &s.fsyncs)
+	return syncDir(filepath.Dir(dst))
 }
 
 // Get returns the blob d, verifying its digest: ErrNotFound if it is not

@@ -56,7 +56,6 @@ type Store struct {
 
 	hintsOnce sync.Once // sealHints
 	hints     bool
-	fsyncs    fsyncer
 
 	// Fault-injection seams for this package's tests.
 	link       func(oldname, newname string) error
@@ -170,7 +169,7 @@ func (s *Store) create() error {
 	if err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("fsstore: create %s: %w", s.root, err)
 	}
-	if err := syncDir(s.root, &s.fsyncs); err != nil {
+	if err := syncDir(s.root); err != nil {
 		return err
 	}
 	got, err := os.ReadFile(filepath.Join(s.root, markerName))
@@ -233,7 +232,7 @@ func (s *Store) writeTempMode(r io.Reader, h io.Writer, mode uint32) (tempFile, 
 	if _, err := io.Copy(w, r); err != nil {
 		return tempFile{}, fmt.Errorf("fsstore: write %s: %w", path, err)
 	}
-	if err := s.fsyncs.fsync(fd); err != nil {
+	if err := fsync(fd); err != nil {
 		return tempFile{}, fmt.Errorf("fsstore: fsync %s: %w", path, err)
 	}
 	// fstat after fsync: the server's post-write attributes.
@@ -297,7 +296,7 @@ func (s *Store) Claim(ctx context.Context, name string, d Digest, meta Meta) (bo
 		return false, fmt.Errorf("claim %s: %w", name, nameConflict(err))
 	}
 	if won {
-		if err := syncDir(filepath.Dir(dst), &s.fsyncs); err != nil {
+		if err := syncDir(filepath.Dir(dst)); err != nil {
 			return true, fmt.Errorf("claim %s: %w", name, err)
 		}
 	}
@@ -392,7 +391,7 @@ func (s *Store) bind(ctx context.Context, name string, d Digest, meta Meta, mode
 		os.Remove(tmp.path)
 		return Bound{}, fmt.Errorf("bind %s: %w", name, nameConflict(err))
 	}
-	if err := syncDir(filepath.Dir(dst), &s.fsyncs); err != nil {
+	if err := syncDir(filepath.Dir(dst)); err != nil {
 		return Bound{}, fmt.Errorf("bind %s: %w", name, err)
 	}
 	return Bound{Name: name, Digest: d, Meta: meta, Time: tmp.mtime}, nil
@@ -551,7 +550,7 @@ func (s *Store) Unbind(ctx context.Context, name string) error {
 		}
 		return fmt.Errorf("unbind %s: %w", name, err)
 	}
-	return syncDir(filepath.Dir(p), &s.fsyncs)
+	return syncDir(filepath.Dir(p))
 }
 
 // Touch refreshes name's time to the file server's now, without rewriting
@@ -608,14 +607,13 @@ func fstatTime(p string) (time.Time, error) {
 	return st.ModTime(), nil
 }
 
-// syncDir fsyncs a directory so a link, rename or unlink in it is durable;
-// f may be nil (fsyncer.fsync).
-func syncDir(dir string, f *fsyncer) error {
+// syncDir fsyncs a directory so a link, rename or unlink in it is durable.
+func syncDir(dir string) error {
 	fd, err := openRaw(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return fmt.Errorf("fsstore: sync dir %s: %w", dir, err)
 	}
-	err = f.fsync(fd)
+	err = fsync(fd)
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
