@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // GCOptions configure GC.
@@ -51,23 +53,22 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (GCReport, error) {
 		return rep, fmt.Errorf("gc: %w", err)
 	}
 	cutoff := now.Add(-opts.TempOlderThan)
-	entries, err := os.ReadDir(s.tmp)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	tfd, err := s.tmpDir(-1)
+	if err != nil {
 		return rep, fmt.Errorf("gc: %w", err)
 	}
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".nfs") || !e.Type().IsRegular() {
-			continue
-		}
-		info, err := e.Info()
-		if err != nil || !info.ModTime().Before(cutoff) {
-			continue
+	err = eachFile(tfd, s.tmp, func(name string, st *unix.Stat_t) {
+		if strings.HasPrefix(name, ".nfs") || !mtime(st).Before(cutoff) {
+			return
 		}
 		rep.TempFiles++
-		rep.TempBytes += info.Size()
+		rep.TempBytes += st.Size
 		if !opts.DryRun {
-			os.Remove(filepath.Join(s.tmp, e.Name()))
+			_ = unix.Unlinkat(tfd, name, 0)
 		}
+	})
+	if err != nil {
+		return rep, fmt.Errorf("gc: %w", err)
 	}
 	if !opts.Blobs {
 		return rep, nil
@@ -76,50 +77,96 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (GCReport, error) {
 	if err != nil {
 		return rep, fmt.Errorf("gc: %w", err)
 	}
-	// A corrupt record might point at any blob: refuse to guess.
+	// A corrupt record might point at any blob: refuse to guess. So might
+	// a foreign one (a link: ErrForeign), whatever it points at.
 	if len(corrupt) > 0 {
 		rep.CorruptRec = len(corrupt)
-		return rep, fmt.Errorf("gc: %d corrupt records (first: %v); fix or remove them before collecting blobs", len(corrupt), corrupt[0])
+		return rep, fmt.Errorf("gc: %d corrupt or foreign records (first: %v); fix or remove them before collecting blobs", len(corrupt), corrupt[0])
 	}
 	live := make(map[Digest]bool, len(bound))
 	for _, b := range bound {
 		live[b.Digest] = true
 	}
-	err = filepath.WalkDir(s.blobs, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if cerr := ctx.Err(); cerr != nil {
-			return cerr
-		}
-		if e.IsDir() || strings.HasPrefix(e.Name(), ".nfs") {
-			return nil
-		}
-		rel, _ := filepath.Rel(s.blobs, p)
-		d, perr := ParseDigest(Algo + ":" + strings.ReplaceAll(rel, string(filepath.Separator), ""))
-		if perr != nil {
-			return nil // not ours
-		}
-		info, ierr := e.Info()
-		if ierr != nil {
-			return nil
-		}
-		if live[d] || (opts.Keep != nil && opts.Keep(d)) || !info.ModTime().Before(cutoff) {
-			rep.BlobsKept++
-			return nil
-		}
-		rep.Blobs++
-		rep.BlobBytes += info.Size()
-		if !opts.DryRun {
-			os.Remove(p)
-		}
-		return nil
-	})
+	bfd, err := s.openDir("blobs/"+Algo, false)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return rep, nil
+	case isForeign(err):
+		return rep, fmt.Errorf("gc: %w", s.foreign("", Digest{}, "blobs/"+Algo))
+	case err != nil:
+		return rep, fmt.Errorf("gc: %w", err)
+	}
+	defer unix.Close(bfd)
+	subs, err := readNames(bfd, s.blobs)
 	if err != nil {
 		return rep, fmt.Errorf("gc: %w", err)
 	}
+	for _, sub := range subs {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		// Never into a link: O_NOFOLLOW.
+		xfd, err := openatRetry(bfd, sub, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // not a folder of ours (or gone)
+		}
+		err = eachFile(xfd, filepath.Join(s.blobs, sub), func(name string, st *unix.Stat_t) {
+			if strings.HasPrefix(name, ".nfs") {
+				return
+			}
+			d, perr := ParseDigest(Algo + ":" + sub + name)
+			if perr != nil {
+				return // not ours
+			}
+			if live[d] || (opts.Keep != nil && opts.Keep(d)) || !mtime(st).Before(cutoff) {
+				rep.BlobsKept++
+				return
+			}
+			rep.Blobs++
+			rep.BlobBytes += st.Size
+			if !opts.DryRun {
+				_ = unix.Unlinkat(xfd, name, 0)
+			}
+		})
+		unix.Close(xfd)
+		if err != nil {
+			return rep, fmt.Errorf("gc: %w", err)
+		}
+	}
 	return rep, nil
+}
+
+// readNames lists the open folder fd (dir names it in errors), leaving
+// fd open.
+func readNames(fd int, dir string) ([]string, error) {
+	// A fresh descriptor of the same folder (".": no lookup of a name, no
+	// link to follow), for its own read offset.
+	own, err := openatRetry(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(own), dir)
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
+
+// eachFile calls fn for each regular file in the open folder fd (dir
+// names it in errors), with its lstat. Links and other things are
+// skipped: never followed, never removed.
+func eachFile(fd int, dir string, fn func(name string, st *unix.Stat_t)) error {
+	names, err := readNames(fd, dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESTALE) {
+			return nil
+		}
+		return err
+	}
+	for _, n := range names {
+		var st unix.Stat_t
+		if unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			continue
+		}
+		fn(n, &st)
+	}
+	return nil
 }

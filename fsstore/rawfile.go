@@ -89,10 +89,10 @@ func fstatRaw(fd int, st *unix.Stat_t) error {
 
 func mtime(st *unix.Stat_t) time.Time { return time.Unix(st.Mtim.Unix()) }
 
-// renameRaw is rename(2), retried on EINTR.
-func renameRaw(from, to string) error {
+// renameat is renameat(2), retried on EINTR.
+func renameat(fromDir int, from string, toDir int, to string) error {
 	for {
-		if err := unix.Rename(from, to); !errors.Is(err, unix.EINTR) {
+		if err := unix.Renameat(fromDir, from, toDir, to); !errors.Is(err, unix.EINTR) {
 			return err
 		}
 	}
