@@ -30,7 +30,9 @@ func blobRel(d Digest) (dir, leaf string) {
 }
 
 // Put stores b and returns its digest. Putting bytes that are already
-// stored succeeds and writes nothing: a blob is never overwritten.
+// stored succeeds and never overwrites them, but sets the blob's time to
+// the server's now: GC then keeps it for its grace, long enough for the
+// caller to bind a name to it (see GC).
 func (s *Store) Put(ctx context.Context, b []byte) (Digest, error) {
 	if err := ctx.Err(); err != nil {
 		return Digest{}, err
@@ -47,7 +49,11 @@ func (s *Store) Put(ctx context.Context, b []byte) (Digest, error) {
 	return d, s.publishBlob(tmp, d)
 }
 
-// haveBlob reports whether blob d is stored, for Put.
+// haveBlob reports whether blob d is stored, for Put, and if so sets its
+// time to the server's now: utimensat by name, which finds and refreshes
+// the blob in one call (or finds nothing, if GC just took it: then Put
+// stores it anew). Bug (issue 13, item 6): it only stat'ed the blob, and
+// GC could remove it between this Put and the caller's Bind.
 func (s *Store) haveBlob(d Digest) (bool, error) {
 	dir, leaf := blobRel(d)
 	pfd, err := s.openDir(dir, false)
@@ -69,6 +75,23 @@ func (s *Store) haveBlob(d Digest) (bool, error) {
 		return false, fmt.Errorf("put %s: %w", d, err)
 	case foreignMode(st.Mode):
 		return false, fmt.Errorf("put %s: %w", d, &CorruptError{Digest: d, Path: s.blobPath(d), Err: ErrForeign})
+	}
+	now := []unix.Timespec{{Nsec: unix.UTIME_NOW}, {Nsec: unix.UTIME_NOW}}
+	for {
+		err = unix.UtimesNanoAt(pfd, leaf, now, unix.AT_SYMLINK_NOFOLLOW)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE):
+		return false, nil // GC took it since the stat: store it anew
+	case errors.Is(err, fs.ErrPermission):
+		// Another user's blob in a shared store, without write access:
+		// its time cannot be set (utimensat(2), EPERM/EACCES).
+		return false, fmt.Errorf("put %s: refresh %s: %w (run soma with umask 002 in a group-shared store: see the fsstore docs)", d, s.blobPath(d), err)
+	case err != nil:
+		return false, fmt.Errorf("put %s: refresh %s: %w", d, s.blobPath(d), err)
 	}
 	return true, nil
 }

@@ -445,7 +445,7 @@ func TestCrashBeforePublishAndGC(t *testing.T) {
 
 	time.Sleep(30 * time.Millisecond) // coarse kernel timestamps
 	rep, err := s.GC(ctx, GCOptions{TempOlderThan: time.Millisecond, Blobs: true, DryRun: true,
-		Keep: func(x Digest) bool { return x == kept }})
+		Refs: keepOnly(kept)})
 	if err != nil || rep.TempFiles != 2 || rep.Blobs != 1 {
 		t.Fatalf("GC dry run = %+v, %v; want 2 temp files and 1 blob", rep, err)
 	}
@@ -455,7 +455,7 @@ func TestCrashBeforePublishAndGC(t *testing.T) {
 	os.WriteFile(filepath.Join(s.tmp, ".nfs0000abcd"), []byte("open elsewhere"), 0o644)
 	time.Sleep(30 * time.Millisecond)
 	rep, err = s.GC(ctx, GCOptions{TempOlderThan: time.Millisecond, Blobs: true,
-		Keep: func(x Digest) bool { return x == kept }})
+		Refs: keepOnly(kept)})
 	if err != nil || rep.TempFiles != 2 || rep.Blobs != 1 {
 		t.Fatalf("GC = %+v, %v", rep, err)
 	}
@@ -473,6 +473,13 @@ func TestCrashBeforePublishAndGC(t *testing.T) {
 }
 
 // newStoreWithBlob is a new store holding one blob, for tests of names.
+// keepOnly is a GCOptions.Refs that keeps d.
+func keepOnly(d Digest) func(context.Context, []Bound) (func(Digest) bool, error) {
+	return func(context.Context, []Bound) (func(Digest) bool, error) {
+		return func(x Digest) bool { return x == d }, nil
+	}
+}
+
 func newStoreWithBlob(t *testing.T) (*Store, Digest) {
 	t.Helper()
 	s := newStore(t)
