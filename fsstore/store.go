@@ -721,7 +721,8 @@ func (s *Store) Touch(ctx context.Context, name string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("touch: %w", err)
 	}
 	// Open (not through links), set the times on the descriptor, fstat it:
-	// as many calls as utimensat by path and then open+fstat for the time.
+	// as many calls as utimensat by path and then open+fstat for the time
+	// (which it was).
 	fd, err := s.openBeneath("names/"+name, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	switch {
 	case isForeign(err):
@@ -732,6 +733,12 @@ func (s *Store) Touch(ctx context.Context, name string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("touch %s: %w", name, err)
 	}
 	defer unix.Close(fd)
+	// The times first, the kind after (one fstat, not two): a folder or
+	// special file found there had its own time set, which follows
+	// nothing and writes nothing else.
+	if err := futimesNow(fd); err != nil {
+		return time.Time{}, fmt.Errorf("touch %s: %w", name, err)
+	}
 	var st unix.Stat_t
 	if err := fstatRaw(fd, &st); err != nil {
 		return time.Time{}, fmt.Errorf("touch %s: %w", name, err)
@@ -741,12 +748,6 @@ func (s *Store) Touch(ctx context.Context, name string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("touch %s: %w (it is a prefix of other names)", name, ErrNotFound)
 	case foreignMode(st.Mode):
 		return time.Time{}, fmt.Errorf("touch %s: %w", name, &CorruptError{Name: name, Path: s.namePath(name), Err: ErrForeign})
-	}
-	if err := futimesNow(fd); err != nil {
-		return time.Time{}, fmt.Errorf("touch %s: %w", name, err)
-	}
-	if err := fstatRaw(fd, &st); err != nil {
-		return time.Time{}, fmt.Errorf("touch %s: %w", name, err)
 	}
 	return mtime(&st), nil
 }
