@@ -280,3 +280,26 @@ func TestRootMayBeALink(t *testing.T) {
 		t.Errorf("record not in the real folder: %v", err)
 	}
 }
+
+// tmp/ removed by hand while a Store is open (its descriptor then names
+// a removed folder): the next write makes it again, once, and goes on.
+func TestTmpRemovedByHand(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	if _, err := s.Put(ctx, []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(s.tmp); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Put(ctx, []byte("after"))
+	if err != nil {
+		t.Fatalf("Put after tmp/ was removed: %v", err)
+	}
+	if won, err := s.Claim(ctx, "a/0", d, nil); !won || err != nil {
+		t.Fatalf("Claim after tmp/ was removed = %v, %v", won, err)
+	}
+	if st, err := os.Lstat(s.tmp); err != nil || !st.IsDir() {
+		t.Errorf("tmp/ not made again: %v", err)
+	}
+}
