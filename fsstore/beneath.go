@@ -21,14 +21,16 @@ import (
 // path string:
 //
 //   - the folder a write publishes into is opened FIRST, with
-//     openat2(root, rel, O_DIRECTORY|O_NOFOLLOW,
+//     openat2(root, rel, O_DIRECTORY,
 //     RESOLVE_NO_SYMLINKS|RESOLVE_BENEATH), which refuses a link in any
-//     component with ELOOP;
+//     component, the last included, with ELOOP;
 //   - the write itself (linkat, renameat, unlinkat, mkdirat, utimensat)
 //     is relative to that descriptor, and the same descriptor is then
 //     fsynced. Every write already ended with an fsync of its folder,
 //     which needed an open of it: opening it first costs no extra call to
-//     the file server compared with resolving the path twice;
+//     the file server compared with resolving the path twice (one more
+//     where the folder is new: the open that finds it missing, then its
+//     parent's, for the mkdirat; scripts/bench-trial-ops.sh counts them);
 //   - temp files are made in tmp/ through a descriptor of tmp/ held for
 //     the Store's life (opened the same way), so the temp file's own
 //     create, link, rename and unlink are relative to it too.
@@ -40,11 +42,13 @@ import (
 // walk, one component at a time, on whatever the server answers for
 // each lookup; it needs nothing of the server.
 //
-// openat2 came with Linux 5.6. Where it is missing (ENOSYS: RHEL 8's 4.18
-// kernels, seccomp filters that do not know it) the Store notes it once
-// (noOpenat2) and walks the path one component at a time with
+// openat2 came with Linux 5.6. Where it is missing (ENOSYS: older
+// kernels such as the 4.18 of RHEL 8, seccomp filters that do not know
+// it) the first call notes it (noOpenat2, so it is tried once per Store)
+// and every path is walked one component at a time with
 // openat(O_NOFOLLOW|O_DIRECTORY): the same guarantee, one open per
-// component instead of one per path.
+// component instead of one per path. (Libraries do not log here; the
+// fallback changes cost, not behaviour.)
 //
 // The root itself may be a link (--root ~/scratch/x where scratch is a
 // link): only links inside it are refused.
