@@ -49,5 +49,5 @@ func WriteFileAtomic(path string, r io.Reader) error {
 		os.Remove(tmp)
 		return fmt.Errorf("fsstore: rename %s: %w", path, err)
 	}
-	return syncDir(dir, nil)
+	return syncDir(dir)
 }

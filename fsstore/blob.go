@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
 )
 
 func (s *Store) blobPath(d Digest) string {
@@ -21,21 +22,78 @@ func (s *Store) blobPath(d Digest) string {
 	return filepath.Join(s.blobs, h[:2], h[2:])
 }
 
+// blobRel splits blob d's path into its folder, relative to the root, and
+// its leaf.
+func blobRel(d Digest) (dir, leaf string) {
+	h := d.Hex()
+	return "blobs/" + Algo + "/" + h[:2], h[2:]
+}
+
 // Put stores b and returns its digest. Putting bytes that are already
-// stored succeeds and writes nothing: a blob is never overwritten.
+// stored succeeds and never overwrites them, but sets the blob's time to
+// the server's now: GC then keeps it for its grace, long enough for the
+// caller to bind a name to it (see GC).
 func (s *Store) Put(ctx context.Context, b []byte) (Digest, error) {
 	if err := ctx.Err(); err != nil {
 		return Digest{}, err
 	}
 	d := Sum(b)
-	if _, err := os.Lstat(s.blobPath(d)); err == nil {
-		return d, nil
+	have, err := s.haveBlob(d)
+	if err != nil || have {
+		return d, err
 	}
 	tmp, err := s.writeTemp(bytes.NewReader(b), nil)
 	if err != nil {
 		return Digest{}, fmt.Errorf("put: %w", err)
 	}
-	return d, s.publishBlob(tmp.path, d)
+	return d, s.publishBlob(tmp, d)
+}
+
+// haveBlob reports whether blob d is stored, for Put, and if so sets its
+// time to the server's now: utimensat by name, which finds and refreshes
+// the blob in one call (or finds nothing, if GC just took it: then Put
+// stores it anew). Bug (issue 13, item 6): it only stat'ed the blob, and
+// GC could remove it between this Put and the caller's Bind.
+func (s *Store) haveBlob(d Digest) (bool, error) {
+	dir, leaf := blobRel(d)
+	pfd, err := s.openDir(dir, false)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case isForeign(err):
+		return false, fmt.Errorf("put %s: %w", d, s.foreign("", d, dir+"/"+leaf))
+	case err != nil:
+		return false, fmt.Errorf("put %s: %w", d, err)
+	}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	err = unix.Fstatat(pfd, leaf, &st, unix.AT_SYMLINK_NOFOLLOW)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("put %s: %w", d, err)
+	case foreignMode(st.Mode):
+		return false, fmt.Errorf("put %s: %w", d, &CorruptError{Digest: d, Path: s.blobPath(d), Err: ErrForeign})
+	}
+	now := []unix.Timespec{{Nsec: unix.UTIME_NOW}, {Nsec: unix.UTIME_NOW}}
+	for {
+		err = unix.UtimesNanoAt(pfd, leaf, now, unix.AT_SYMLINK_NOFOLLOW)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE):
+		return false, nil // GC took it since the stat: store it anew
+	case errors.Is(err, fs.ErrPermission):
+		// Another user's blob in a shared store, without write access:
+		// its time cannot be set (utimensat(2), EPERM/EACCES).
+		return false, fmt.Errorf("put %s: refresh %s: %w (run soma with umask 002 in a group-shared store: see the fsstore docs)", d, s.blobPath(d), err)
+	case err != nil:
+		return false, fmt.Errorf("put %s: refresh %s: %w", d, s.blobPath(d), err)
+	}
+	return true, nil
 }
 
 // PutStream stores everything read from r, which may be larger than
@@ -53,25 +111,49 @@ func (s *Store) PutStream(ctx context.Context, r io.Reader) (Digest, int64, erro
 	var d Digest
 	h.Sum(d.sum[:0])
 	d.ok = true
-	return d, cw.n, s.publishBlob(tmp.path, d)
+	return d, cw.n, s.publishBlob(tmp, d)
 }
 
-func (s *Store) publishBlob(tmp string, d Digest) error {
-	defer os.Remove(tmp)
-	dst := s.blobPath(d)
-	err := os.Link(tmp, dst)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(filepath.Dir(dst), 0o777); err != nil {
-			return fmt.Errorf("put %s: %w", d, err)
-		}
-		err = os.Link(tmp, dst)
+// publishBlob links the written temp file tmp into place as blob d: its
+// folder opened (or made) first without following links, then linkat and
+// the folder's fsync on that descriptor (beneath.go).
+func (s *Store) publishBlob(tmp tempFile, d Digest) error {
+	defer tmp.remove()
+	dir, leaf := blobRel(d)
+	pfd, err := s.openDir(dir, true)
+	if isForeign(err) {
+		return fmt.Errorf("put %s: %w", d, s.foreign("", d, dir))
 	}
+	if err != nil {
+		return fmt.Errorf("put %s: %w", d, err)
+	}
+	defer unix.Close(pfd)
+	err = linkat(tmp.dir, tmp.name, pfd, leaf)
 	// EEXIST: the same bytes are already there (or a writer raced us with
 	// them); content addressing makes that success.
 	if err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("put %s: %w", d, err)
 	}
-	return syncDir(filepath.Dir(dst), &s.fsyncs)
+	return syncFD(pfd, filepath.Dir(s.blobPath(d)))
+}
+
+// openBlob opens blob d for reading, never through a link: a link or
+// special file reads as a *CorruptError wrapping ErrForeign.
+func (s *Store) openBlob(d Digest) (int, error) {
+	if d.IsZero() {
+		return -1, fmt.Errorf("get: zero digest")
+	}
+	dir, leaf := blobRel(d)
+	fd, err := s.openBeneath(dir+"/"+leaf, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	switch {
+	case isForeign(err):
+		return -1, s.foreign("", d, dir+"/"+leaf)
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.ENOTDIR):
+		return -1, fmt.Errorf("get %s: %w", d, ErrNotFound)
+	case err != nil:
+		return -1, fmt.Errorf("get %s: %w", d, err)
+	}
+	return fd, nil
 }
 
 // Get returns the blob d, verifying its digest: ErrNotFound if it is not
@@ -80,15 +162,21 @@ func (s *Store) Get(ctx context.Context, d Digest) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if d.IsZero() {
-		return nil, fmt.Errorf("get: zero digest")
-	}
-	p := s.blobPath(d)
-	b, err := os.ReadFile(p)
+	fd, err := s.openBlob(d)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE) {
-			return nil, fmt.Errorf("get %s: %w", d, ErrNotFound)
-		}
+		return nil, err
+	}
+	defer unix.Close(fd)
+	p := s.blobPath(d)
+	var st unix.Stat_t
+	if err := fstatRaw(fd, &st); err != nil {
+		return nil, fmt.Errorf("get %s: %w", d, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, &CorruptError{Digest: d, Path: p, Err: ErrForeign}
+	}
+	b, err := readAllRaw(fd, make([]byte, 0, st.Size+1))
+	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", d, err)
 	}
 	if Sum(b) != d {
@@ -102,12 +190,16 @@ func (s *Store) Has(ctx context.Context, d Digest) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	_, err := os.Lstat(s.blobPath(d))
-	if err == nil {
+	dir, leaf := blobRel(d)
+	fd, err := s.openBeneath(dir+"/"+leaf, unix.O_PATH, 0)
+	switch {
+	case err == nil:
+		unix.Close(fd)
 		return true, nil
-	}
-	if errors.Is(err, fs.ErrNotExist) {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
 		return false, nil
+	case isForeign(err):
+		return false, fmt.Errorf("has %s: %w", d, s.foreign("", d, dir+"/"+leaf))
 	}
 	return false, fmt.Errorf("has %s: %w", d, err)
 }
@@ -120,15 +212,12 @@ func (s *Store) OpenBlob(ctx context.Context, d Digest) (io.ReadCloser, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	p := s.blobPath(d)
-	f, err := os.Open(p)
+	fd, err := s.openBlob(d)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE) {
-			return nil, fmt.Errorf("get %s: %w", d, ErrNotFound)
-		}
-		return nil, fmt.Errorf("get %s: %w", d, err)
+		return nil, err
 	}
-	return &verifyReader{f: f, h: sha256.New(), d: d, path: p}, nil
+	p := s.blobPath(d)
+	return &verifyReader{f: os.NewFile(uintptr(fd), p), h: sha256.New(), d: d, path: p}, nil
 }
 
 type verifyReader struct {

@@ -17,6 +17,16 @@
 // SIGKILL at any instant; a crash leaves at worst a temp file, which GC
 // removes.
 //
+// No write follows a symbolic link inside the root, and no read does
+// either: every path below the root is resolved from an open descriptor
+// of the root with openat2's RESOLVE_NO_SYMLINKS (or, without openat2, one
+// O_NOFOLLOW component at a time), and a write happens relative to its
+// folder's descriptor, which is then fsynced (see beneath.go). A link (or
+// special file) where a record, a blob or a folder belongs reads as a
+// *CorruptError wrapping ErrForeign, with its path; Scan reports it among
+// the corrupt records and never descends into it, so GC collects no blob
+// while one exists. The root itself may be reached through a link.
+//
 // Names are '/'-separated segments. Each segment is 1 to 255 bytes of
 // ASCII letters, digits and "-_.+@=", and must not start with '.' (which
 // excludes ".", "..", hidden files and NFS's ".nfsXXXX" silly renames). A

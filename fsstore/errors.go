@@ -18,7 +18,9 @@ var (
 )
 
 // CorruptError reports a record or blob that exists but cannot be trusted:
-// truncated, unparseable, or whose bytes do not match their digest. Readers
+// truncated, unparseable, or whose bytes do not match their digest; or a
+// link or special file where one belongs (Err wraps ErrForeign, and Path
+// is the link's). Readers
 // report it and go on; it is never returned as data.
 type CorruptError struct {
 	Name   string // the name, for a record; "" for a blob
@@ -29,10 +31,18 @@ type CorruptError struct {
 
 func (e *CorruptError) Error() string {
 	what := e.Name
-	if what == "" {
+	switch {
+	case what != "":
+	case !e.Digest.IsZero():
 		what = "blob " + e.Digest.String()
+	default:
+		what = "entry"
 	}
-	return fmt.Sprintf("fsstore: corrupt %s (%s): %v", what, e.Path, e.Err)
+	kind := "corrupt"
+	if errors.Is(e.Err, ErrForeign) {
+		kind = "foreign"
+	}
+	return fmt.Sprintf("fsstore: %s %s (%s): %v", kind, what, e.Path, e.Err)
 }
 
 func (e *CorruptError) Unwrap() error { return e.Err }

@@ -2,8 +2,6 @@ package fsstore
 
 import (
 	"errors"
-	"runtime"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -65,60 +63,19 @@ func readAllRaw(fd int, b []byte) ([]byte, error) {
 	}
 }
 
-// fsyncer is fsync(2) as a Store calls it (fsync); the zero value is
-// ready.
-//
-// While fsyncs are quick it is a raw system call, one that keeps its P
-// (Go's right to run code) rather than entering the scheduler's syscall
-// state. Why: each entry into that state that finds sysmon (the runtime's
-// monitor thread) asleep wakes it, and sysmon then wakes every 20 µs
-// until it has had a millisecond with nothing to do, retaking the Ps of
-// calls that block; a retake starts the millisecond over. A soma-trial
-// fsyncs four times per trial, each a wait on the journal: measured with
-// 8 processes on 2 CPUs and a trivial objective, sysmon woke 42 times per
-// trial (the largest cost of a trial after the objective's fork and exec,
-// ~0.2 ms of CPU); with raw fsyncs 21, and the whole run took 7% less CPU.
-//
-// A raw call that blocks has a price: its P runs nothing else meanwhile,
-// and a garbage collection's stop-the-world waits for it. So it is used
-// only with GOMAXPROCS >= 2 (another P runs the heartbeats and the signal
-// handlers), and only while fsyncs are quick: the first one slower than
-// 50 ms (a busy disk, an NFS server in trouble) switches the Store to the
-// ordinary call for good.
-type fsyncer struct {
-	off  atomic.Bool
-	slow time.Duration // 0: 50 ms; a seam for this package's tests
-}
-
-// fsync is fsync(2), retried on EINTR. A nil fsyncer makes the ordinary
-// call.
-func (f *fsyncer) fsync(fd int) error {
-	if f == nil || f.off.Load() || runtime.GOMAXPROCS(0) < 2 {
-		for {
-			if err := unix.Fsync(fd); !errors.Is(err, unix.EINTR) {
-				return err
-			}
-		}
-	}
-	start := time.Now()
-	defer func() {
-		slow := f.slow
-		if slow == 0 {
-			slow = 50 * time.Millisecond
-		}
-		if time.Since(start) > slow {
-			f.off.Store(true)
-		}
-	}()
+// fsync is fsync(2), retried on EINTR. It is the ordinary system call,
+// which enters the scheduler's syscall state, so a blocked fsync gives up
+// its P. (It was a raw system call that kept its P while fsyncs were
+// quick, for ~7% less CPU on a local disk; but on NFS or Lustre a slow
+// server blocks an fsync for seconds, and a blocked raw call holds up the
+// garbage collector's stop-the-world and with it the heartbeats of every
+// trial of the process, which can then go stale and be retried elsewhere:
+// issue 13, item 9.)
+func fsync(fd int) error {
 	for {
-		_, _, e := unix.RawSyscall(unix.SYS_FSYNC, uintptr(fd), 0, 0)
-		switch e {
-		case 0:
-			return nil
-		case unix.EINTR:
-			continue
+		if err := unix.Fsync(fd); !errors.Is(err, unix.EINTR) {
+			return err
 		}
-		return e
 	}
 }
 
@@ -132,10 +89,10 @@ func fstatRaw(fd int, st *unix.Stat_t) error {
 
 func mtime(st *unix.Stat_t) time.Time { return time.Unix(st.Mtim.Unix()) }
 
-// renameRaw is rename(2), retried on EINTR.
-func renameRaw(from, to string) error {
+// renameat is renameat(2), retried on EINTR.
+func renameat(fromDir int, from string, toDir int, to string) error {
 	for {
-		if err := unix.Rename(from, to); !errors.Is(err, unix.EINTR) {
+		if err := unix.Renameat(fromDir, from, toDir, to); !errors.Is(err, unix.EINTR) {
 			return err
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Scan returns every name bound under prefix ("" for all; "a/b" means
@@ -55,28 +57,43 @@ func (s *Store) readNames(ctx context.Context, names []string) ([]Bound, []*Corr
 // List returns the bound names under prefix, sorted, without reading any
 // record: one walk of the folders. Files that are not valid names
 // (editor droppings, ".nfsXXXX" silly renames) are skipped.
+//
+// The walk never descends into a link: a link (or special file) with a
+// valid name is listed as a name, and reading it reports it as foreign
+// (a *CorruptError wrapping ErrForeign, with its path), so Scan returns
+// it among the corrupt records.
 func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
 	if err := ValidatePrefix(prefix); err != nil {
 		return nil, fmt.Errorf("scan: %w", err)
 	}
 	prefix = strings.TrimSuffix(prefix, "/")
-	start := s.names
+	rel := "names"
 	if prefix != "" {
-		start = s.namePath(prefix)
+		rel += "/" + prefix
+	}
+	fd, err := s.openBeneath(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE):
+		return nil, nil
+	case (errors.Is(err, syscall.ENOTDIR) || isForeign(err)) && prefix != "":
+		return []string{prefix}, nil // a leaf (or a link: Resolve says so)
+	case isForeign(err):
+		return nil, fmt.Errorf("scan: %w", s.foreign("", Digest{}, rel))
+	case err != nil:
+		return nil, fmt.Errorf("scan %s: %w", prefix, err)
 	}
 	var names []string
-	var walk func(dir, name string) error
-	walk = func(dir, name string) error {
+	// walk lists the open folder fd (the name prefix name) and closes it.
+	var walk func(fd int, dir, name string) error
+	walk = func(fd int, dir, name string) error {
+		f := os.NewFile(uintptr(fd), dir)
+		defer f.Close()
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		entries, err := os.ReadDir(dir)
+		entries, err := f.ReadDir(-1)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE) {
-				return nil
-			}
-			if errors.Is(err, syscall.ENOTDIR) && name != "" {
-				names = append(names, name)
 				return nil
 			}
 			return fmt.Errorf("scan %s: %w", prefix, err)
@@ -90,19 +107,27 @@ func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
 			if name != "" {
 				child = name + "/" + seg
 			}
-			if e.IsDir() {
-				if err := walk(filepath.Join(dir, seg), child); err != nil {
-					return err
-				}
+			if !e.IsDir() {
+				names = append(names, child) // a record, or foreign
 				continue
 			}
-			if e.Type().IsRegular() {
-				names = append(names, child)
+			cfd, err := openatRetry(fd, seg, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			switch {
+			case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE):
+				continue // removed since the listing
+			case errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ELOOP):
+				names = append(names, child) // replaced since the listing: Resolve says by what
+				continue
+			case err != nil:
+				return fmt.Errorf("scan %s: %w", prefix, err)
+			}
+			if err := walk(cfd, filepath.Join(dir, seg), child); err != nil {
+				return err
 			}
 		}
 		return nil
 	}
-	if err := walk(start, prefix); err != nil {
+	if err := walk(fd, filepath.Join(s.root, filepath.FromSlash(rel)), prefix); err != nil {
 		return nil, err
 	}
 	slices.Sort(names)
@@ -112,7 +137,9 @@ func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
 // Children returns the segments directly below prefix (bound leaves and
 // folders of deeper names alike), sorted: one directory read. It is how a
 // layer above finds, say, the trial numbers of a study without opening
-// any record.
+// any record. A link among them is listed (reading it says foreign); a
+// link at prefix or above it is not followed: a *CorruptError wrapping
+// ErrForeign.
 func (s *Store) Children(ctx context.Context, prefix string) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -120,21 +147,32 @@ func (s *Store) Children(ctx context.Context, prefix string) ([]string, error) {
 	if err := ValidatePrefix(prefix); err != nil {
 		return nil, fmt.Errorf("children: %w", err)
 	}
-	dir := s.names
+	rel := "names"
 	if p := strings.TrimSuffix(prefix, "/"); p != "" {
-		dir = s.namePath(p)
+		rel += "/" + p
 	}
-	entries, err := os.ReadDir(dir)
+	fd, err := s.openBeneath(rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.ENOTDIR):
+		return nil, nil
+	case isForeign(err):
+		return nil, fmt.Errorf("children %s: %w", prefix, s.foreign(strings.TrimSuffix(prefix, "/"), Digest{}, rel))
+	case err != nil:
+		return nil, fmt.Errorf("children %s: %w", prefix, err)
+	}
+	f := os.NewFile(uintptr(fd), filepath.Join(s.root, filepath.FromSlash(rel)))
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.ENOTDIR) {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("children %s: %w", prefix, err)
 	}
-	out := make([]string, 0, len(entries))
-	for _, e := range entries {
-		if validateSegment(e.Name()) == nil {
-			out = append(out, e.Name())
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		if validateSegment(n) == nil {
+			out = append(out, n)
 		}
 	}
 	slices.Sort(out)

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -53,14 +54,26 @@ type Store struct {
 	parallel int
 	prefix   string // temp file prefix: host.pid.
 	seq      atomic.Uint64
+	fds      beneath // the root's and tmp/'s descriptors (beneath.go)
 
 	hintsOnce sync.Once // sealHints
 	hints     bool
-	fsyncs    fsyncer
 
 	// Fault-injection seams for this package's tests.
-	link       func(oldname, newname string) error
+	link       func(oldDir int, oldName string, newDir int, newName string) error
 	beforeLink func(tmp string) error
+}
+
+// A Store holds two folders open for its life (the root and tmp/; see
+// beneath.go): every path below the root is resolved from them.
+
+func linkat(oldDir int, oldName string, newDir int, newName string) error {
+	for {
+		err := unix.Linkat(oldDir, oldName, newDir, newName, 0)
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
 }
 
 // Open opens the store at root. See Options.Create.
@@ -78,17 +91,41 @@ func Open(root string, opts Options) (*Store, error) {
 		names:    filepath.Join(abs, "names"),
 		blobs:    filepath.Join(abs, "blobs", Algo),
 		parallel: opts.Parallelism,
-		link:     os.Link,
+		link:     linkat,
 	}
+	s.fds.tmpFD = -1
 	if s.parallel <= 0 {
 		s.parallel = max(8, 4*runtime.GOMAXPROCS(0))
 	}
 	host, _ := os.Hostname()
 	s.prefix = SanitizeSegment(host) + "." + strconv.Itoa(os.Getpid()) + "."
 
-	b, err := os.ReadFile(filepath.Join(abs, markerName))
+	// The root is opened following a link AT the root (--root
+	// ~/scratch/x where scratch is a link); links inside it never are.
+	rootFD, err := openRaw(abs, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if errors.Is(err, fs.ErrNotExist) && opts.Create {
+		if err := os.MkdirAll(abs, 0o777); err != nil {
+			return nil, fmt.Errorf("fsstore: create %s: %w", abs, err)
+		}
+		rootFD, err = openRaw(abs, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("fsstore: open %s: %w (create it with 'soma init', or check the path)", abs, ErrNotFound)
+	case err != nil:
+		return nil, fmt.Errorf("fsstore: open %s: %w", abs, err)
+	}
+	s.fds.root.fd, s.fds.root.path = rootFD, abs
+	ok := false
+	defer func() {
+		if !ok {
+			s.closeFDs()
+		}
+	}()
+	b, err := s.readMarker()
 	switch {
 	case err == nil:
+		ok = true
 		return s, s.checkMarker(b)
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("fsstore: open %s: %w", abs, err)
@@ -96,10 +133,6 @@ func Open(root string, opts Options) (*Store, error) {
 	// No marker: a new store, or a folder that is not one.
 	entries, err := os.ReadDir(abs)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		if !opts.Create {
-			return nil, fmt.Errorf("fsstore: open %s: %w (create it with 'soma init', or check the path)", abs, ErrNotFound)
-		}
 	case err != nil:
 		return nil, fmt.Errorf("fsstore: open %s: %w", abs, err)
 	case len(entries) > 0 && !onlyStoreFolders(entries):
@@ -108,7 +141,8 @@ func Open(root string, opts Options) (*Store, error) {
 		// (soma-trial's logs/): read it again before refusing. (Bug: 8
 		// soma-trials starting together on a new folder; one in three
 		// runs, one of them refused the store as "not a store".)
-		if b, err := os.ReadFile(filepath.Join(abs, markerName)); err == nil {
+		if b, err := s.readMarker(); err == nil {
+			ok = true
 			return s, s.checkMarker(b)
 		}
 		return nil, fmt.Errorf("%w: %s is not empty and has no %s; point soma at an empty or new folder", ErrNotStore, abs, markerName)
@@ -118,7 +152,29 @@ func Open(root string, opts Options) (*Store, error) {
 	if err := s.create(); err != nil {
 		return nil, err
 	}
+	ok = true
 	return s, nil
+}
+
+// closeFDs closes the descriptors of a Store that Open does not return.
+func (s *Store) closeFDs() {
+	unix.Close(s.fds.root.fd)
+	if s.fds.tmpFD >= 0 {
+		unix.Close(s.fds.tmpFD)
+	}
+}
+
+// readMarker reads soma.json, not through a link.
+func (s *Store) readMarker() ([]byte, error) {
+	fd, err := s.openBeneath(markerName, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if isForeign(err) {
+		return nil, s.foreign("", Digest{}, markerName)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	return readAllRaw(fd, make([]byte, 0, 128))
 }
 
 // onlyStoreFolders reports whether a folder without a marker holds only
@@ -152,10 +208,15 @@ func (s *Store) checkMarker(b []byte) error {
 }
 
 func (s *Store) create() error {
-	for _, d := range []string{s.tmp, s.names, s.blobs} {
-		if err := os.MkdirAll(d, 0o777); err != nil {
-			return fmt.Errorf("fsstore: create %s: %w", s.root, err)
+	for _, rel := range []string{"tmp", "names", "blobs/" + Algo} {
+		fd, err := s.openDir(rel, true)
+		if isForeign(err) {
+			return fmt.Errorf("fsstore: create %s: %w", s.root, s.foreign("", Digest{}, rel))
 		}
+		if err != nil {
+			return fmt.Errorf("fsstore: create %s: %s: %w", s.root, rel, err)
+		}
+		unix.Close(fd)
 	}
 	b, _ := json.Marshal(marker{Format: "soma-store", Version: FormatVersion})
 	b = append(b, '\n')
@@ -163,17 +224,17 @@ func (s *Store) create() error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.path)
+	defer tmp.remove()
 	// Two processes creating the same store at once: link makes exactly one
 	// marker; the loser finds it equal to its own.
-	err = os.Link(tmp.path, filepath.Join(s.root, markerName))
+	err = linkat(tmp.dir, tmp.name, s.fds.root.fd, markerName)
 	if err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("fsstore: create %s: %w", s.root, err)
 	}
-	if err := syncDir(s.root, &s.fsyncs); err != nil {
+	if err := syncFD(s.fds.root.fd, s.root); err != nil {
 		return err
 	}
-	got, err := os.ReadFile(filepath.Join(s.root, markerName))
+	got, err := s.readMarker()
 	if err != nil {
 		return fmt.Errorf("fsstore: create %s: %w", s.root, err)
 	}
@@ -192,10 +253,18 @@ type Bound struct {
 	Time time.Time
 }
 
+// tempFile is a written temp file: name in the folder dir (tmp/'s
+// descriptor), path for messages.
 type tempFile struct {
+	dir   int
+	name  string
 	path  string
 	mtime time.Time
 }
+
+// remove unlinks the temp file (its last link, or its temp name once
+// published).
+func (t tempFile) remove() { _ = unix.Unlinkat(t.dir, t.name, 0) }
 
 // writeTemp writes r to a new unique file in tmp/, fsyncs and closes it,
 // checking the errors of both. If h is non-nil every byte also goes to it.
@@ -207,23 +276,30 @@ func (s *Store) writeTemp(r io.Reader, h io.Writer) (tempFile, error) {
 func (s *Store) writeTempMode(r io.Reader, h io.Writer, mode uint32) (tempFile, error) {
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
-	path := filepath.Join(s.tmp, s.prefix+strconv.FormatUint(s.seq.Add(1), 10)+"-"+hex.EncodeToString(rnd[:]))
-	const flags = unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL
-	fd, err := openRaw(path, flags, mode)
-	if errors.Is(err, fs.ErrNotExist) {
+	name := s.prefix + strconv.FormatUint(s.seq.Add(1), 10) + "-" + hex.EncodeToString(rnd[:])
+	path := filepath.Join(s.tmp, name)
+	dir, err := s.tmpDir(-1)
+	if err != nil {
+		return tempFile{}, err
+	}
+	const flags = unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := openatRetry(dir, name, flags, mode)
+	if goneDir(err) {
 		// tmp/ removed by hand: make it again rather than fail every write.
-		if mkErr := os.MkdirAll(s.tmp, 0o777); mkErr == nil {
-			fd, err = openRaw(path, flags, mode)
+		if dir, err = s.tmpDir(dir); err != nil {
+			return tempFile{}, err
 		}
+		fd, err = openatRetry(dir, name, flags, mode)
 	}
 	if err != nil {
 		return tempFile{}, fmt.Errorf("fsstore: temp file %s: %w", path, err)
 	}
+	t := tempFile{dir: dir, name: name, path: path}
 	ok := false
 	defer func() {
 		if !ok {
 			unix.Close(fd)
-			os.Remove(path)
+			t.remove()
 		}
 	}()
 	w := io.Writer(fdWriter(fd))
@@ -233,7 +309,7 @@ func (s *Store) writeTempMode(r io.Reader, h io.Writer, mode uint32) (tempFile, 
 	if _, err := io.Copy(w, r); err != nil {
 		return tempFile{}, fmt.Errorf("fsstore: write %s: %w", path, err)
 	}
-	if err := s.fsyncs.fsync(fd); err != nil {
+	if err := fsync(fd); err != nil {
 		return tempFile{}, fmt.Errorf("fsstore: fsync %s: %w", path, err)
 	}
 	// fstat after fsync: the server's post-write attributes.
@@ -243,14 +319,35 @@ func (s *Store) writeTempMode(r io.Reader, h io.Writer, mode uint32) (tempFile, 
 	}
 	ok = true
 	if err := unix.Close(fd); err != nil {
-		os.Remove(path)
+		t.remove()
 		return tempFile{}, fmt.Errorf("fsstore: close %s: %w", path, err)
 	}
-	return tempFile{path: path, mtime: mtime(&st)}, nil
+	t.mtime = mtime(&st)
+	return t, nil
 }
 
 func (s *Store) namePath(name string) string {
 	return filepath.Join(s.names, filepath.FromSlash(name))
+}
+
+// nameDir splits name into its folder, relative to the root, and its
+// leaf: "a/b/c" is "names/a/b" and "c".
+func nameDir(name string) (dir, leaf string) {
+	i := strings.LastIndexByte(name, '/')
+	if i < 0 {
+		return "names", name
+	}
+	return "names/" + name[:i], name[i+1:]
+}
+
+// writeErr wraps the error of opening (or making) rel for a write of
+// name: a link on the way is foreign, a file where a folder belongs is
+// a name conflict.
+func (s *Store) writeErr(op, name, rel string, err error) error {
+	if isForeign(err) {
+		return fmt.Errorf("%s %s: %w", op, name, s.foreign(name, Digest{}, rel))
+	}
+	return fmt.Errorf("%s %s: %s: %w", op, name, filepath.Join(s.root, filepath.FromSlash(rel)), nameConflict(err))
 }
 
 // Claim binds name to d with meta only if name is not bound, and reports
@@ -261,6 +358,10 @@ func (s *Store) namePath(name string) string {
 // EEXIST, the temp file's link count decides: NFS may lose the reply of a
 // link that succeeded and answer a retransmission with EEXIST (open(2),
 // notes on O_EXCL).
+//
+// A symbolic link (or special file) at name, or in place of any folder
+// above it, is refused with a *CorruptError wrapping ErrForeign that
+// names it; nothing is written through it.
 func (s *Store) Claim(ctx context.Context, name string, d Digest, meta Meta) (bool, error) {
 	if err := s.checkWrite(ctx, name, d); err != nil {
 		return false, fmt.Errorf("claim %s: %w", name, err)
@@ -274,17 +375,16 @@ func (s *Store) Claim(ctx context.Context, name string, d Digest, meta Meta) (bo
 			return false, fmt.Errorf("claim %s: %w", name, err)
 		}
 	}
-	dst := s.namePath(name)
-	won, err := s.linkClaim(tmp.path, dst)
-	if errors.Is(err, fs.ErrNotExist) {
-		// The name's folder is new (a trial's first attempt): make it,
-		// one mkdir where MkdirAll would stat first.
-		if err := mkdirParent(dst); err != nil {
-			_ = unix.Unlink(tmp.path)
-			return false, fmt.Errorf("claim %s: %w", name, nameConflict(err))
-		}
-		won, err = s.linkClaim(tmp.path, dst)
+	// The name's folder first (made if new: a trial's first attempt),
+	// then link into it, then fsync it: see beneath.go.
+	dir, leaf := nameDir(name)
+	pfd, err := s.openDir(dir, true)
+	if err != nil {
+		tmp.remove()
+		return false, s.writeErr("claim", name, dir, err)
 	}
+	defer unix.Close(pfd)
+	won, err := s.linkClaim(tmp, pfd, leaf)
 	// The temp name goes before the folder's fsync, not after it (it was
 	// a defer): the unlink then joins the link's journal transaction
 	// rather than dirtying the just-committed inode and folder again.
@@ -292,47 +392,48 @@ func (s *Store) Claim(ctx context.Context, name string, d Digest, meta Meta) (bo
 	// of soma-trial's CPU per trial. A claim lost in a crash is as if the
 	// crash came before it; the link's fsync below still comes before
 	// anyone is told the claim was won.
-	_ = unix.Unlink(tmp.path)
+	tmp.remove()
 	if err != nil {
 		return false, fmt.Errorf("claim %s: %w", name, nameConflict(err))
 	}
-	if won {
-		if err := syncDir(filepath.Dir(dst), &s.fsyncs); err != nil {
-			return true, fmt.Errorf("claim %s: %w", name, err)
+	if !won {
+		// Taken, or a link or special file sits at the name: say which
+		// (a lost claim only: one more stat on a rare path).
+		var st unix.Stat_t
+		if unix.Fstatat(pfd, leaf, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && foreignMode(st.Mode) {
+			return false, fmt.Errorf("claim %s: %w", name, &CorruptError{Name: name, Path: s.namePath(name), Err: ErrForeign})
 		}
+		return false, nil
 	}
-	return won, nil
+	if err := syncFD(pfd, filepath.Dir(s.namePath(name))); err != nil {
+		return true, fmt.Errorf("claim %s: %w", name, err)
+	}
+	return true, nil
 }
 
-// mkdirParent makes the folder of path, and its parents if missing.
-func mkdirParent(path string) error {
-	dir := filepath.Dir(path)
-	err := os.Mkdir(dir, 0o777)
-	switch {
-	case err == nil, errors.Is(err, fs.ErrExist):
-		return nil
-	case errors.Is(err, fs.ErrNotExist):
-		return os.MkdirAll(dir, 0o777)
-	}
-	return err
+// foreignMode reports whether a file of mode is one soma never makes in
+// a store: not a regular file and not a folder.
+func foreignMode(mode uint32) bool {
+	t := mode & unix.S_IFMT
+	return t != unix.S_IFREG && t != unix.S_IFDIR
 }
 
-// linkClaim links tmp to dst and says whether this link made dst.
-func (s *Store) linkClaim(tmp, dst string) (bool, error) {
-	err := s.link(tmp, dst)
+// linkClaim links tmp to leaf in the folder pfd and says whether this
+// link made it.
+func (s *Store) linkClaim(tmp tempFile, pfd int, leaf string) (bool, error) {
+	err := s.link(tmp.dir, tmp.name, pfd, leaf)
 	if err == nil {
 		return true, nil
 	}
 	if errors.Is(err, fs.ErrNotExist) {
-		return false, err // dst's folder is missing: no link was made
+		return false, err // the folder was removed under us: no link was made
 	}
 	// Whatever link said, a link count of 2 on our unique temp file means
 	// our link happened (the reply was lost and the retry saw EEXIST, or
 	// the error came after the fact).
-	if st, serr := os.Lstat(tmp); serr == nil {
-		if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Nlink == 2 {
-			return true, nil
-		}
+	var st unix.Stat_t
+	if unix.Fstatat(tmp.dir, tmp.name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Nlink == 2 {
+		return true, nil
 	}
 	if errors.Is(err, fs.ErrExist) {
 		return false, nil
@@ -377,22 +478,23 @@ func (s *Store) bind(ctx context.Context, name string, d Digest, meta Meta, mode
 			return Bound{}, fmt.Errorf("bind %s: %w", name, err)
 		}
 	}
-	dst := s.namePath(name)
-	// rename(2) itself: os.Rename stats the target first (to refuse a
-	// folder, which rename refuses too: EISDIR, see nameConflict).
-	err = renameRaw(tmp.path, dst)
-	if errors.Is(err, fs.ErrNotExist) {
-		if mkErr := os.MkdirAll(filepath.Dir(dst), 0o777); mkErr != nil {
-			os.Remove(tmp.path)
-			return Bound{}, fmt.Errorf("bind %s: %w", name, nameConflict(mkErr))
-		}
-		err = renameRaw(tmp.path, dst)
-	}
+	dir, leaf := nameDir(name)
+	pfd, err := s.openDir(dir, true)
 	if err != nil {
-		os.Remove(tmp.path)
+		tmp.remove()
+		return Bound{}, s.writeErr("bind", name, dir, err)
+	}
+	defer unix.Close(pfd)
+	// renameat(2) never follows its target: a link at the name itself is
+	// replaced by the record, and what it pointed at is untouched. (To
+	// refuse it instead would cost a stat of every record on every bind,
+	// a round trip on NFS, for a name that is soma's own: the running
+	// attempt's, claimed by this process.)
+	if err := renameat(tmp.dir, tmp.name, pfd, leaf); err != nil {
+		tmp.remove()
 		return Bound{}, fmt.Errorf("bind %s: %w", name, nameConflict(err))
 	}
-	if err := syncDir(filepath.Dir(dst), &s.fsyncs); err != nil {
+	if err := syncFD(pfd, filepath.Dir(s.namePath(name))); err != nil {
 		return Bound{}, fmt.Errorf("bind %s: %w", name, err)
 	}
 	return Bound{Name: name, Digest: d, Meta: meta, Time: tmp.mtime}, nil
@@ -420,7 +522,7 @@ func (s *Store) Resolve(ctx context.Context, name string) (Bound, error) {
 	if err := ValidateName(name); err != nil {
 		return Bound{}, fmt.Errorf("resolve: %w", err)
 	}
-	return s.readRecord(name, s.namePath(name))
+	return s.readRecord(name)
 }
 
 // Presence is what Probe learns of a name from one stat.
@@ -441,7 +543,8 @@ const (
 const sealBit = 0o100
 
 // Probe reports with one stat whether name is bound, and whether by
-// Seal. Like Exists it is a look, never a decision: on NFS a name bound
+// Seal. A link at the name is Present (reading it reports it foreign); a
+// link in a folder above it is an error wrapping ErrForeign. Like Exists it is a look, never a decision: on NFS a name bound
 // on another machine moments ago may still look unbound. A Sealed name
 // stays bound as sealed until somebody Binds it again.
 func (s *Store) Probe(ctx context.Context, name string) (Presence, error) {
@@ -451,20 +554,38 @@ func (s *Store) Probe(ctx context.Context, name string) (Presence, error) {
 	if err := ValidateName(name); err != nil {
 		return Missing, fmt.Errorf("probe: %w", err)
 	}
-	var st unix.Stat_t
-	err := unix.Lstat(s.namePath(name), &st)
+	// An O_PATH open and fstat rather than lstat(2), which would follow a
+	// link in a folder above the name: a sealed-looking file behind a
+	// link would count as an ended trial nobody reads. On NFS an O_PATH
+	// open sends nothing to the server (no OPEN); the fstat is the
+	// GETATTR that lstat would send.
+	fd, err := s.openBeneath("names/"+name, unix.O_PATH, 0)
 	switch {
-	case err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR:
-		return Missing, nil
-	case err == nil:
-		if st.Mode&sealBit != 0 && s.sealHints() {
-			return Sealed, nil
+	case isForeign(err):
+		ce := s.foreign(name, Digest{}, "names/"+name)
+		if ce.Path == s.namePath(name) {
+			return Present, nil // the name itself: reading it reports it
 		}
-		return Present, nil
+		// A linked folder above the name: every name below it would look
+		// bound (a reader probing attempt after attempt never ends).
+		return Missing, fmt.Errorf("probe %s: %w", name, ce)
 	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.ENOTDIR):
 		return Missing, nil
+	case err != nil:
+		return Missing, fmt.Errorf("probe %s: %w", name, err)
 	}
-	return Missing, fmt.Errorf("probe %s: %w", name, err)
+	var st unix.Stat_t
+	err = fstatRaw(fd, &st)
+	unix.Close(fd)
+	switch {
+	case err != nil:
+		return Missing, fmt.Errorf("probe %s: %w", name, err)
+	case st.Mode&unix.S_IFMT == unix.S_IFDIR:
+		return Missing, nil
+	case st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&sealBit != 0 && s.sealHints():
+		return Sealed, nil
+	}
+	return Present, nil
 }
 
 // sealHints reports whether this store's filesystem keeps the modes
@@ -475,12 +596,16 @@ func (s *Store) sealHints() bool {
 		// An empty file, not written nor fsynced: only its mode counts.
 		var rnd [6]byte
 		_, _ = rand.Read(rnd[:])
-		p := filepath.Join(s.tmp, s.prefix+"mode-"+hex.EncodeToString(rnd[:]))
-		fd, err := openRaw(p, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o666)
+		name := s.prefix + "mode-" + hex.EncodeToString(rnd[:])
+		dir, err := s.tmpDir(-1)
 		if err != nil {
 			return
 		}
-		defer os.Remove(p)
+		fd, err := openatRetry(dir, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o666)
+		if err != nil {
+			return
+		}
+		defer unix.Unlinkat(dir, name, 0)
 		var st unix.Stat_t
 		err = fstatRaw(fd, &st)
 		unix.Close(fd)
@@ -502,9 +627,17 @@ func (s *Store) Exists(ctx context.Context, name string) (bool, error) {
 
 // readRecord opens, fstats and parses one record. open+fstat rather than
 // stat: on NFS open revalidates attributes (close-to-open), stat may not.
-func (s *Store) readRecord(name, path string) (Bound, error) {
-	fd, err := openRaw(path, unix.O_RDONLY, 0)
+// A link at the name or above it is never followed: the record reads as
+// a *CorruptError wrapping ErrForeign, with the link's path. O_NONBLOCK:
+// a FIFO planted at a name must not hang the reader (it changes nothing
+// for a regular file).
+func (s *Store) readRecord(name string) (Bound, error) {
+	path := s.namePath(name)
+	fd, err := s.openBeneath("names/"+name, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
+		if isForeign(err) {
+			return Bound{}, s.foreign(name, Digest{}, "names/"+name)
+		}
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.ENOTDIR) {
 			return Bound{}, fmt.Errorf("resolve %s: %w", name, ErrNotFound)
 		}
@@ -517,6 +650,9 @@ func (s *Store) readRecord(name, path string) (Bound, error) {
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		return Bound{}, fmt.Errorf("resolve %s: %w (it is a prefix of other names)", name, ErrNotFound)
+	}
+	if foreignMode(st.Mode) {
+		return Bound{}, &CorruptError{Name: name, Path: path, Err: ErrForeign}
 	}
 	var buf [1024]byte
 	b := buf[:0]
@@ -536,7 +672,8 @@ func (s *Store) readRecord(name, path string) (Bound, error) {
 
 // Unbind removes name's binding. It returns ErrNotFound if name is not
 // bound. Unbinding is how a lease is released; a name that was claimed can
-// then be claimed again.
+// then be claimed again. A link or special file at the name, or a link
+// above it, is refused (ErrForeign), not removed.
 func (s *Store) Unbind(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -544,21 +681,38 @@ func (s *Store) Unbind(ctx context.Context, name string) error {
 	if err := ValidateName(name); err != nil {
 		return fmt.Errorf("unbind: %w", err)
 	}
-	p := s.namePath(name)
-	if err := os.Remove(p); err != nil {
+	dir, leaf := nameDir(name)
+	pfd, err := s.openDir(dir, false)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("unbind %s: %w", name, ErrNotFound)
+	case err != nil:
+		return s.writeErr("unbind", name, dir, err)
+	}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	err = unix.Fstatat(pfd, leaf, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if err == nil && foreignMode(st.Mode) {
+		return fmt.Errorf("unbind %s: %w", name, &CorruptError{Name: name, Path: s.namePath(name), Err: ErrForeign})
+	}
+	if err == nil {
+		err = unix.Unlinkat(pfd, leaf, 0)
+	}
+	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE) {
 			return fmt.Errorf("unbind %s: %w", name, ErrNotFound)
 		}
-		return fmt.Errorf("unbind %s: %w", name, err)
+		return fmt.Errorf("unbind %s: %w", name, nameConflict(err))
 	}
-	return syncDir(filepath.Dir(p), &s.fsyncs)
+	return syncFD(pfd, filepath.Dir(s.namePath(name)))
 }
 
 // Touch refreshes name's time to the file server's now, without rewriting
-// it (utimensat with UTIME_NOW, which NFS sends as "set to server time").
+// it (futimens with UTIME_NOW, which NFS sends as "set to server time").
 // It returns the new time. It is the cheap half of a heartbeat; layers that
 // need progress visible in content (GPFS reports remote mtimes late) rebind
-// with a counter instead.
+// with a counter instead. A link at the name or above it is refused
+// (ErrForeign): its target's time is never set.
 func (s *Store) Touch(ctx context.Context, name string) (time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return time.Time{}, err
@@ -566,19 +720,36 @@ func (s *Store) Touch(ctx context.Context, name string) (time.Time, error) {
 	if err := ValidateName(name); err != nil {
 		return time.Time{}, fmt.Errorf("touch: %w", err)
 	}
-	p := s.namePath(name)
-	now := []unix.Timespec{{Nsec: unix.UTIME_NOW}, {Nsec: unix.UTIME_NOW}}
-	if err := unix.UtimesNanoAt(unix.AT_FDCWD, p, now, 0); err != nil {
-		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ESTALE) {
-			return time.Time{}, fmt.Errorf("touch %s: %w", name, ErrNotFound)
-		}
+	// Open (not through links), set the times on the descriptor, fstat it:
+	// as many calls as utimensat by path and then open+fstat for the time
+	// (which it was).
+	fd, err := s.openBeneath("names/"+name, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	switch {
+	case isForeign(err):
+		return time.Time{}, fmt.Errorf("touch %s: %w", name, s.foreign(name, Digest{}, "names/"+name))
+	case errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.ENOTDIR):
+		return time.Time{}, fmt.Errorf("touch %s: %w", name, ErrNotFound)
+	case err != nil:
 		return time.Time{}, fmt.Errorf("touch %s: %w", name, err)
 	}
-	t, err := fstatTime(p)
-	if err != nil {
+	defer unix.Close(fd)
+	// The times first, the kind after (one fstat, not two): a folder or
+	// special file found there had its own time set, which follows
+	// nothing and writes nothing else.
+	if err := futimesNow(fd); err != nil {
 		return time.Time{}, fmt.Errorf("touch %s: %w", name, err)
 	}
-	return t, nil
+	var st unix.Stat_t
+	if err := fstatRaw(fd, &st); err != nil {
+		return time.Time{}, fmt.Errorf("touch %s: %w", name, err)
+	}
+	switch {
+	case st.Mode&unix.S_IFMT == unix.S_IFDIR:
+		return time.Time{}, fmt.Errorf("touch %s: %w (it is a prefix of other names)", name, ErrNotFound)
+	case foreignMode(st.Mode):
+		return time.Time{}, fmt.Errorf("touch %s: %w", name, &CorruptError{Name: name, Path: s.namePath(name), Err: ErrForeign})
+	}
+	return mtime(&st), nil
 }
 
 // Now returns the file server's current time: it writes a probe file in
@@ -591,34 +762,26 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, fmt.Errorf("server time: %w", err)
 	}
-	os.Remove(tmp.path)
+	tmp.remove()
 	return tmp.mtime, nil
 }
 
-func fstatTime(p string) (time.Time, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return time.Time{}, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return time.Time{}, err
-	}
-	return st.ModTime(), nil
-}
-
-// syncDir fsyncs a directory so a link, rename or unlink in it is durable;
-// f may be nil (fsyncer.fsync).
-func syncDir(dir string, f *fsyncer) error {
+// syncDir fsyncs a directory so a link, rename or unlink in it is durable.
+func syncDir(dir string) error {
 	fd, err := openRaw(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return fmt.Errorf("fsstore: sync dir %s: %w", dir, err)
 	}
-	err = f.fsync(fd)
-	if cerr := unix.Close(fd); err == nil {
-		err = cerr
+	err = syncFD(fd, dir)
+	if cerr := unix.Close(fd); err == nil && cerr != nil {
+		err = fmt.Errorf("fsstore: sync dir %s: %w", dir, cerr)
 	}
+	return err
+}
+
+// syncFD fsyncs the open folder fd (dir names it in errors).
+func syncFD(fd int, dir string) error {
+	err := fsync(fd)
 	// Some filesystems refuse fsync on directories; the write is still
 	// atomic, only its durability across a power cut is up to them.
 	if err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOTSUP) {

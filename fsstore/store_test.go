@@ -363,24 +363,24 @@ func TestClaimLostReply(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
 		name    string
-		link    func(o, n string) error
+		link    func(od int, o string, nd int, n string) error
 		wantWon bool
 		wantErr bool
 	}{
-		{"link succeeded, reply lost as EEXIST", func(o, n string) error {
-			if err := os.Link(o, n); err != nil {
+		{"link succeeded, reply lost as EEXIST", func(od int, o string, nd int, n string) error {
+			if err := linkat(od, o, nd, n); err != nil {
 				return err
 			}
-			return &os.LinkError{Op: "link", Old: o, New: n, Err: syscall.EEXIST}
+			return syscall.EEXIST
 		}, true, false},
-		{"link succeeded, reply lost as EIO", func(o, n string) error {
-			if err := os.Link(o, n); err != nil {
+		{"link succeeded, reply lost as EIO", func(od int, o string, nd int, n string) error {
+			if err := linkat(od, o, nd, n); err != nil {
 				return err
 			}
-			return &os.LinkError{Op: "link", Old: o, New: n, Err: syscall.EIO}
+			return syscall.EIO
 		}, true, false},
-		{"link failed with EIO", func(o, n string) error {
-			return &os.LinkError{Op: "link", Old: o, New: n, Err: syscall.EIO}
+		{"link failed with EIO", func(od int, o string, nd int, n string) error {
+			return syscall.EIO
 		}, false, true},
 	}
 	for _, tc := range tests {
@@ -398,8 +398,8 @@ func TestClaimLostReply(t *testing.T) {
 		s := newStore(t)
 		d, _ := s.Put(ctx, []byte("x"))
 		s.Claim(ctx, "t/0", d, Meta{{"who", "first"}})
-		s.link = func(o, n string) error {
-			err := os.Link(o, n)
+		s.link = func(od int, o string, nd int, n string) error {
+			err := linkat(od, o, nd, n)
 			if err == nil {
 				t.Fatalf("link over an existing name succeeded")
 			}
@@ -445,7 +445,7 @@ func TestCrashBeforePublishAndGC(t *testing.T) {
 
 	time.Sleep(30 * time.Millisecond) // coarse kernel timestamps
 	rep, err := s.GC(ctx, GCOptions{TempOlderThan: time.Millisecond, Blobs: true, DryRun: true,
-		Keep: func(x Digest) bool { return x == kept }})
+		Refs: keepOnly(kept)})
 	if err != nil || rep.TempFiles != 2 || rep.Blobs != 1 {
 		t.Fatalf("GC dry run = %+v, %v; want 2 temp files and 1 blob", rep, err)
 	}
@@ -455,7 +455,7 @@ func TestCrashBeforePublishAndGC(t *testing.T) {
 	os.WriteFile(filepath.Join(s.tmp, ".nfs0000abcd"), []byte("open elsewhere"), 0o644)
 	time.Sleep(30 * time.Millisecond)
 	rep, err = s.GC(ctx, GCOptions{TempOlderThan: time.Millisecond, Blobs: true,
-		Keep: func(x Digest) bool { return x == kept }})
+		Refs: keepOnly(kept)})
 	if err != nil || rep.TempFiles != 2 || rep.Blobs != 1 {
 		t.Fatalf("GC = %+v, %v", rep, err)
 	}
@@ -473,6 +473,13 @@ func TestCrashBeforePublishAndGC(t *testing.T) {
 }
 
 // newStoreWithBlob is a new store holding one blob, for tests of names.
+// keepOnly is a GCOptions.Refs that keeps d.
+func keepOnly(d Digest) func(context.Context, []Bound) (func(Digest) bool, error) {
+	return func(context.Context, []Bound) (func(Digest) bool, error) {
+		return func(x Digest) bool { return x == d }, nil
+	}
+}
+
 func newStoreWithBlob(t *testing.T) (*Store, Digest) {
 	t.Helper()
 	s := newStore(t)

@@ -358,23 +358,24 @@ func (s *Study) Take(ctx context.Context, n int, who Who) (*Run, error) {
 }
 
 // blobForEmpty returns the digest of the curve blob of an attempt that has
-// reported nothing, storing it on first use. It is the same bytes for
-// every attempt, so it is stored once per store.
+// reported nothing, storing it if need be. It is the same bytes for every
+// attempt, but it is Put on every use, not once per Study: a Put of bytes
+// already stored refreshes the blob's time, which is what keeps soma gc
+// from removing it before the record that refers to it is bound
+// (fsstore's GC). Bug (issue 13, item 6): the digest was kept for the
+// life of the process, and a gc meanwhile could remove the blob and leave
+// records pointing at nothing.
 func (s *Study) blobForEmpty(ctx context.Context) (fsstore.Digest, error) {
-	s.mu.Lock()
-	d := s.emptyBlob
-	s.mu.Unlock()
-	if !d.IsZero() {
-		return d, nil
-	}
 	b, _ := encodeCurve(nil, "")
 	d, err := s.store.Put(ctx, b)
 	if err != nil {
 		return d, fmt.Errorf("study %s: %w", s.name, err)
 	}
 	s.mu.Lock()
-	s.emptyBlob = d
-	s.curves[d] = curveBlob{Version: RecordVersion, Curve: []Step{}}
+	if s.emptyBlob != d {
+		s.emptyBlob = d // its decoded curve is kept (query.go)
+		s.curves[d] = curveBlob{Version: RecordVersion, Curve: []Step{}}
+	}
 	s.mu.Unlock()
 	return d, nil
 }

@@ -21,8 +21,12 @@ const gcDescription = `Tidies a store, safely while trials run:
      died between writing and publishing; never NFS's .nfsXXXX files);
   3. removes blobs nothing refers to and older than --older-than. It is
      conservative: a blob is kept if a name points at it, if any record
-     or pack mentions its digest, or if it is young; and while any record
-     in the store is corrupt, no blob is removed at all (it says which).
+     or pack mentions its digest, or if it is young (storing bytes that
+     are already stored makes their blob young again); and while any
+     record in the store is corrupt or is a symbolic link, no blob is
+     removed at all (it says which). --older-than must exceed the time
+     a writer takes from storing a blob to recording it (milliseconds),
+     and on NFS a minute or more (listings lag): keep the default.
 
 EXAMPLES:
    soma gc ROOT --dry-run         what would go (packs nothing, removes nothing)

@@ -119,24 +119,26 @@ func GC(ctx context.Context, s *fsstore.Store, o GCOptions) (GCResult, error) {
 			res.Packed[name] = rep
 		}
 	}
-	var keep map[fsstore.Digest]bool
+	var refs func(context.Context, []fsstore.Bound) (func(fsstore.Digest) bool, error)
 	if !o.KeepBlobs {
-		var err error
-		keep, res.Corrupt, err = referenced(ctx, s)
-		if err != nil {
-			return res, err
+		// From the names of GC's own scan, which starts after GC reads
+		// the server's time: fsstore's GC says why that order matters.
+		refs = func(ctx context.Context, bound []fsstore.Bound) (func(fsstore.Digest) bool, error) {
+			keep, err := referenced(ctx, s, bound)
+			res.Referenced = len(keep)
+			return func(d fsstore.Digest) bool { return keep[d] }, err
 		}
-		res.Referenced = len(keep)
 	}
 	rep, err := s.GC(ctx, fsstore.GCOptions{
 		TempOlderThan: o.OlderThan,
 		Blobs:         !o.KeepBlobs,
-		Keep:          func(d fsstore.Digest) bool { return keep[d] },
+		Refs:          refs,
 		DryRun:        o.DryRun,
 	})
 	res.GCReport = rep
 	if err != nil && rep.CorruptRec > 0 {
 		res.BlobsSkipped = err.Error()
+		res.Corrupt = rep.CorruptPaths
 		return res, nil
 	}
 	return res, err
@@ -145,7 +147,7 @@ func GC(ctx context.Context, s *fsstore.Store, o GCOptions) (GCResult, error) {
 // referenced returns the digests mentioned anywhere but as a name's own
 // digest: in names, in meta values, and inside bound blobs whose kind is
 // not a known leaf (read as a stream, so a big blob costs no memory).
-func referenced(ctx context.Context, s *fsstore.Store) (map[fsstore.Digest]bool, []string, error) {
+func referenced(ctx context.Context, s *fsstore.Store, bound []fsstore.Bound) (map[fsstore.Digest]bool, error) {
 	keep := make(map[fsstore.Digest]bool)
 	var hs hexScanner
 	hs.found = func(h []byte) {
@@ -160,14 +162,6 @@ func referenced(ctx context.Context, s *fsstore.Store) (map[fsstore.Digest]bool,
 		}
 		hs.feed(' ')
 	}
-	bound, corrupt, err := s.Scan(ctx, "")
-	if err != nil {
-		return nil, nil, err
-	}
-	var bad []string
-	for _, ce := range corrupt {
-		bad = append(bad, ce.Path)
-	}
 	seen := make(map[fsstore.Digest]bool)
 	for _, b := range bound {
 		add(b.Name)
@@ -180,10 +174,10 @@ func referenced(ctx context.Context, s *fsstore.Store) (map[fsstore.Digest]bool,
 		}
 		seen[b.Digest] = true
 		if err := scanBlob(ctx, s, b.Digest, &hs); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
-	return keep, bad, nil
+	return keep, nil
 }
 
 // scanBlob feeds blob d to hs. A blob that is missing or corrupt

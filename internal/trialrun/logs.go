@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
+
+	"github.com/soma-hpc/soma/fsstore"
 )
 
 // Where the objectives' output goes. Each worker of a soma-trial process
@@ -49,11 +52,14 @@ type workerLog struct {
 	pend          []byte // the last end mark, not yet written
 }
 
-func openWorkerLog(dir, host string, pid, worker int) (*workerLog, error) {
-	base := filepath.Join(dir, fmt.Sprintf("%s.%d.%d", host, pid, worker))
+// openWorkerLog opens (making them if new) worker's files in the study's
+// log folder dir, following no link (a link there is refused: the output
+// must not land outside the root).
+func openWorkerLog(dir *fsstore.Beneath, host string, pid, worker int) (*workerLog, error) {
+	base := fmt.Sprintf("%s.%d.%d", host, pid, worker)
 	var files [3]*os.File
 	for i, ext := range []string{".out", ".err", ".idx"} {
-		f, err := os.OpenFile(base+ext, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o666)
+		f, err := dir.OpenFile(base+ext, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o666)
 		if err != nil {
 			for _, g := range files[:i] {
 				g.Close()
@@ -119,8 +125,9 @@ func FindLog(root, studyName string, n, a int) (AttemptLog, bool, error) {
 	var found AttemptLog
 	ok := false
 	for _, p := range idxs {
-		f, err := os.Open(p)
-		if errors.Is(err, fs.ErrNotExist) {
+		// O_NOFOLLOW: an index that is a link is not soma's.
+		f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) {
 			continue
 		}
 		if err != nil {
@@ -167,7 +174,7 @@ func CopyRange(path string, off, end int64, w io.Writer) (int64, error) {
 	if end >= 0 && off >= end {
 		return off, nil
 	}
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return off, nil
 	}

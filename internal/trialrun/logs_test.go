@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/soma-hpc/soma/fsstore"
 )
 
 // newTestWorkerLog opens worker 0 of pid 7 on nodeA in dir (made).
@@ -15,7 +17,12 @@ func newTestWorkerLog(t *testing.T, dir string) *workerLog {
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	wl, err := openWorkerLog(dir, "nodeA", 7, 0)
+	b, err := fsstore.OpenBeneath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	wl, err := openWorkerLog(b, "nodeA", 7, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,6 +157,19 @@ func TestEmptyDir(t *testing.T) {
 	for i := range many {
 		many[i] = fmt.Sprintf("checkpoint-%03d.pt", i)
 	}
+	link := func(name, target string) string {
+		p := filepath.Join(base, name)
+		if err := os.Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	b, err := fsstore.OpenBeneath(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	baseFD := b.Fd()
 	sub := mk("sub")
 	mk("sub/inner")
 	cases := []struct {
@@ -164,9 +184,11 @@ func TestEmptyDir(t *testing.T) {
 		{mk("many", many...), false},
 		{filepath.Join(base, "missing"), false},
 		{filepath.Join(base, "file", "ckpt"), false}, // not a folder
+		{link("link", mk("target")), false},          // a link to an empty folder: never entered
 	}
 	for _, c := range cases {
-		if got := emptyDir(c.dir); got != c.want {
+		rel, _ := filepath.Rel(base, c.dir)
+		if got := emptyDir(baseFD, rel); got != c.want {
 			t.Errorf("emptyDir(%s) = %v, want %v", c.dir, got, c.want)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -104,6 +103,12 @@ type loop struct {
 	crowd      bool
 	registry   string   // registryDir
 	registered []string // this process's registry entries, removed at the end
+
+	// The study's logs/<study> and work/<study> folders, opened once
+	// without following links (fsstore.Beneath): an objective's output
+	// and working folder never land outside the root through a link
+	// inside it (issue 13, item 2).
+	logDir, workDir *fsstore.Beneath
 }
 
 // Run runs the loop until the study's budget is reached, nothing is left
@@ -125,9 +130,11 @@ func Run(ctx context.Context, st *study.Study, root string, o Options, sig <-cha
 	if l.env = o.Env; l.env == nil {
 		l.env = os.Environ() // once, not per trial
 	}
-	if err := os.MkdirAll(LogDir(root, st.Name()), 0o777); err != nil {
+	if err := l.openDirs(); err != nil {
 		return l.sum, fmt.Errorf("soma-trial: %w", err)
 	}
+	defer l.logDir.Close()
+	defer l.workDir.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go l.watchSignals(ctx)
@@ -738,7 +745,7 @@ func (l *loop) workerLog(w int) (*workerLog, error) {
 		return wl, nil
 	}
 	// Only worker w opens its own files: no race on l.logs[w].
-	wl, err := openWorkerLog(LogDir(l.root, l.st.Name()), l.host(), l.o.Who.PID, w)
+	wl, err := openWorkerLog(l.logDir, l.host(), l.o.Who.PID, w)
 	if err != nil {
 		return nil, err
 	}
@@ -751,6 +758,24 @@ func (l *loop) workerLog(w int) (*workerLog, error) {
 	return wl, nil
 }
 
+// openDirs makes and opens the study's logs/<study> and work/<study>
+// folders, following no link below the root: a link there is refused.
+func (l *loop) openDirs() error {
+	root, err := fsstore.OpenBeneath(l.root)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if l.logDir, err = root.MkdirAll("logs/" + l.st.Name()); err != nil {
+		return err
+	}
+	if l.workDir, err = root.MkdirAll("work/" + l.st.Name()); err != nil {
+		l.logDir.Close()
+		return err
+	}
+	return nil
+}
+
 // makeWorkDir makes a trial's working folder: a retry finds it there,
 // with whatever the earlier attempt left. A new one is, where possible,
 // the folder of one of this worker's earlier trials renamed, if that
@@ -759,7 +784,14 @@ func (l *loop) workerLog(w int) (*workerLog, error) {
 // ext4), a rename costs a fifth of that, and work/ then holds only the
 // folders that have something in them (and the latest of each worker),
 // not one empty folder per trial.
+//
+// All of it relative to work/<study> opened without following links
+// (openDirs): a link at the trial's folder is refused (fsstore.ErrForeign),
+// never entered. (The objective is then started in the folder by its
+// path: exec has no fchdir, so a link swapped in between this check and
+// the start would still be followed.)
 func (l *loop) makeWorkDir(w int, dir string) error {
+	base := filepath.Base(dir)
 	for {
 		l.mu.Lock()
 		spares := l.spare[w]
@@ -771,26 +803,22 @@ func (l *loop) makeWorkDir(w int, dir string) error {
 		if spare == "" {
 			break
 		}
-		// unix.Rename, not os.Rename: os.Rename stats the target first.
-		if spare != dir && emptyDir(spare) && unix.Rename(spare, dir) == nil {
+		// renameat, not os.Rename: os.Rename stats the target first. A
+		// folder cannot replace a link (ENOTDIR): Mkdir below says what
+		// is there.
+		if sb := filepath.Base(spare); sb != base && emptyDir(l.workDir.Fd(), sb) && l.workDir.Rename(sb, base) == nil {
 			return nil
 		}
 	}
-	err := os.Mkdir(dir, 0o777)
-	switch {
-	case errors.Is(err, fs.ErrExist):
-		return nil
-	case errors.Is(err, fs.ErrNotExist):
-		return os.MkdirAll(dir, 0o777)
-	}
-	return err
+	return l.workDir.Mkdir(base)
 }
 
-// emptyDir reports whether dir is a folder with nothing in it. It reads
-// the folder with a raw descriptor (os.Open costs four fcntl and an
-// epoll_ctl more, on every trial) until the end: only "." and "..".
-func emptyDir(dir string) bool {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+// emptyDir reports whether name in the folder dirFD is a folder (not a
+// link) with nothing in it. It reads the folder with a raw descriptor
+// (os.Open costs four fcntl and an epoll_ctl more, on every trial) until
+// the end: only "." and "..".
+func emptyDir(dirFD int, name string) bool {
+	fd, err := unix.Openat(dirFD, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false
 	}
