@@ -337,7 +337,6 @@ func TestBloscHeaderChecks(t *testing.T) {
 		{"memcpy size mismatch", append(hdr(2, 0x02, 4, 9, 8, 24), make([]byte, 8)...), 9, ErrCorrupt},
 		{"zero blocksize", append(hdr(2, 0x20, 4, 8, 0, 24), make([]byte, 8)...), 8, ErrCorrupt},
 		{"bstarts missing", hdr(2, 0x20, 4, 1000, 8, 16), 1000, ErrCorrupt},
-		{"bitshuffle", append(hdr(2, 0x04|0x20, 4, 8, 8, 24), make([]byte, 8)...), 8, ErrUnsupported},
 		{"split start outside", append(hdr(2, 0x20|0x10, 4, 8, 8, 24), 0xff, 0, 0, 0, 0, 0, 0, 0), 8, ErrCorrupt},
 	}
 	for _, tc := range tests {
