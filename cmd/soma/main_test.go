@@ -436,3 +436,47 @@ func TestZarrInfoAndCat(t *testing.T) {
 		t.Errorf("zarr info of a missing array: %d %q, want one line", code, errOut)
 	}
 }
+
+// TestZarrCatCacheSize: --cache-size and $SOMA_ZARR_CACHE_SIZE bound the
+// chunk cache (an entry of this array is 96 bytes: 48 of header, 48 of
+// chunk), and --help says so. Before, the CLI had no way to set it.
+func TestZarrCatCacheSize(t *testing.T) {
+	arr := filepath.Join(studytest.RepoRoot(), "zarr", "testdata", "zarr-v2", "int32_zstd.zarr")
+	entries := func(cache string) int {
+		files, _ := filepath.Glob(filepath.Join(cache, "v1", "entries", "*", "*"))
+		return len(files)
+	}
+	tests := []struct {
+		name        string
+		args        []string
+		env         string
+		wantEntries bool
+	}{
+		{"flag below one entry", []string{"--cache-size", "64"}, "", false},
+		{"flag", []string{"--cache-size", "1K"}, "", true},
+		{"env below one entry", nil, "95", false},
+		{"env", nil, "1MiB", true},
+		{"flag wins over env", []string{"--cache-size", "64"}, "1M", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("SOMA_ZARR_CACHE_SIZE", tc.env)
+			cache := t.TempDir()
+			code, out, errOut := soma(append([]string{"zarr", "cat", arr, "--rows", "2:4", "--cache", cache}, tc.args...)...)
+			if code != exitOK || out != "-50\t-49\t-48\t-47\t-46\n50\t51\t52\t53\t54\n" {
+				t.Fatalf("zarr cat: %d %q %q", code, out, errOut)
+			}
+			if got := entries(cache) > 0; got != tc.wantEntries {
+				t.Errorf("cache holds entries = %v, want %v", got, tc.wantEntries)
+			}
+		})
+	}
+	code, _, errOut := soma("zarr", "cat", arr, "--cache", t.TempDir(), "--cache-size", "4X")
+	if code != exitUsage || !strings.Contains(errOut, `cache size "4X"`) {
+		t.Errorf("--cache-size 4X: %d %q, want a usage error naming it", code, errOut)
+	}
+	_, out, _ := soma("zarr", "cat", "--help")
+	if !strings.Contains(out, "--cache-size SIZE") || !strings.Contains(out, "$SOMA_ZARR_CACHE_SIZE") {
+		t.Errorf("zarr cat --help does not document --cache-size and $SOMA_ZARR_CACHE_SIZE:\n%s", out)
+	}
+}
