@@ -480,3 +480,35 @@ func TestZarrCatCacheSize(t *testing.T) {
 		t.Errorf("zarr cat --help does not document --cache-size and $SOMA_ZARR_CACHE_SIZE:\n%s", out)
 	}
 }
+
+// TestZarrInfoNamesUndecodableFrames: info decodes one stored chunk, so a
+// blosc frame soma cannot decode (here a blosc2 header, version 3) is
+// named by `soma zarr info`, exit status 1, after the metadata; before,
+// info said nothing and only a read failed (and bitshuffle read wrong).
+func TestZarrInfoNamesUndecodableFrames(t *testing.T) {
+	src := filepath.Join(studytest.RepoRoot(), "zarr", "testdata", "blosc", "v2_uint8_bitshuffle_arange4000mod4.zarr")
+	code, out, errOut := soma("zarr", "info", src)
+	if code != exitOK || !strings.Contains(out, "decodes:           yes (chunk 0 read)") || !strings.Contains(out, `"shuffle":"bitshuffle"`) {
+		t.Errorf("zarr info: %d %q %q", code, out, errOut)
+	}
+	arr := filepath.Join(t.TempDir(), "a.zarr")
+	if err := os.Mkdir(arr, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{".zarray", "0"} {
+		b, err := os.ReadFile(filepath.Join(src, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "0" {
+			b[0] = 3 // blosc2's chunk format
+		}
+		if err := os.WriteFile(filepath.Join(arr, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut = soma("zarr", "info", arr)
+	if code != exitError || !strings.Contains(out, "shape:") || !strings.Contains(errOut, "blosc format version 3") {
+		t.Errorf("zarr info of an array of blosc2 frames: %d %q %q, want the metadata and an error naming the frame", code, out, errOut)
+	}
+}

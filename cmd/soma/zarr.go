@@ -18,6 +18,8 @@ func newZarrCommand() *cli.Command {
 				Usage:     "print an array's shape, chunks, data type, codecs and attributes",
 				UsageText: "soma zarr info PATH",
 				Description: `PATH is the array's folder (holding zarr.json for v3, .zarray for v2).
+It also reads the first stored chunk: a codec or compressed frame soma
+cannot decode is named here, with exit status 1, before any read fails.
 
 EXAMPLES:
    soma zarr info /scratch/data/train.zarr`,
@@ -28,9 +30,23 @@ EXAMPLES:
 					}
 					a, err := zarr.Open(c.Context, path, zarr.Options{})
 					if err != nil {
+						return err // an unknown codec is named here
+					}
+					if err := a.Info().WriteText(c.App.Writer); err != nil {
 						return err
 					}
-					return a.Info().WriteText(c.App.Writer)
+					// Decode one stored chunk, so that a frame soma cannot
+					// decode (say, blosc2's) is named now, not by a later read.
+					key, err := a.CheckDecode(c.Context)
+					switch {
+					case err != nil:
+						return fmt.Errorf("%w (soma cannot read this array's data)", err)
+					case key == "":
+						fmt.Fprintf(c.App.Writer, "%-18s %s\n", "decodes:", "no chunk stored to try")
+					default:
+						fmt.Fprintf(c.App.Writer, "%-18s %s\n", "decodes:", "yes (chunk "+key+" read)")
+					}
+					return nil
 				},
 			},
 			{
