@@ -3,6 +3,7 @@ package zarr
 import (
 	"context"
 	"encoding/binary"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -280,10 +281,12 @@ func BenchmarkLimitZstd(b *testing.B) {
 // decodes every chunk into one 4 MiB buffer per goroutine that stays in
 // the CPU cache: the plain decode, which a scan must also write out to
 // the whole array (on bench-zarr.sh's arrays it costs about the same CPU
-// as "into").
+// as "into"). "files" is "into" that also reads each chunk file, into a
+// reused buffer per goroutine, as a scan must: the limit of a scan from
+// the page cache.
 func BenchmarkLimitZstdParallel(b *testing.B) {
 	for _, variant := range benchVariants {
-		for _, mode := range []string{"alloc", "into", "hot"} {
+		for _, mode := range []string{"alloc", "into", "hot", "files"} {
 			b.Run(variant+"/"+mode, func(b *testing.B) { limitZstdParallel(b, variant, mode) })
 		}
 	}
@@ -292,8 +295,13 @@ func BenchmarkLimitZstdParallel(b *testing.B) {
 func limitZstdParallel(b *testing.B, variant, mode string) {
 	{
 		{
-			files := chunkFiles(b, benchArray(b, variant))
+			path := benchArray(b, variant)
+			files := chunkFiles(b, path)
 			workers := runtime.GOMAXPROCS(0)
+			srcs := make([][]byte, workers)
+			for i := range srcs {
+				srcs[i] = make([]byte, 0, benchChunkRows*benchCols*4+1<<20)
+			}
 			decs := make([]*zstd.Decoder, workers)
 			outs := make([][]byte, workers)
 			for i := range decs {
@@ -331,7 +339,15 @@ func limitZstdParallel(b *testing.B, variant, mode string) {
 							if mode != "hot" {
 								out = whole[i*chunk : i*chunk : min(n, (i+1)*chunk)]
 							}
-							if _, err := decs[w].DecodeAll(files[i], out); err != nil {
+							src := files[i]
+							if mode == "files" {
+								var err error
+								if src, err = readInto(filepath.Join(path, strconv.FormatInt(i, 10)+".0"), srcs[w]); err != nil {
+									b.Error(err)
+									return
+								}
+							}
+							if _, err := decs[w].DecodeAll(src, out); err != nil {
 								b.Error(err)
 								return
 							}
@@ -344,6 +360,26 @@ func limitZstdParallel(b *testing.B, variant, mode string) {
 			b.ReportMetric(float64(workers), "cores")
 		}
 	}
+}
+
+// readInto reads the file at path into buf's memory (growing it if
+// needed) and returns the bytes.
+func readInto(path string, buf []byte) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if int64(cap(buf)) < fi.Size() {
+		buf = make([]byte, fi.Size())
+	}
+	buf = buf[:fi.Size()]
+	_, err = io.ReadFull(f, buf)
+	return buf, err
 }
 
 // BenchmarkLimitReadFiles is the storage limit: a plain read of every

@@ -171,11 +171,12 @@ def table(go_paths, py_paths):
     def vs_limit(limit_rate, soma_rate):
         return "—" if not (limit_rate == limit_rate and soma_rate == soma_rate and soma_rate) else f"{limit_rate / soma_rate:.2f}x the limit's time"
 
-    def scan_vs_limit(v, mode):
+    def scan_vs_limit(v, mode, lmode=None):
         # Time and CPU (user + system per op: what other load on the
         # machine does not inflate as much) against the plain parallel decode.
-        lim, soma = gv(f"LimitZstdParallel/{v}/{mode}", "MB/s"), gv(f"Scan/{v}/{mode}", "MB/s")
-        lc, sc = gv(f"LimitZstdParallel/{v}/{mode}", "cpu-ms/op"), gv(f"Scan/{v}/{mode}", "cpu-ms/op")
+        lname = f"LimitZstdParallel/{v}/{lmode or mode}"
+        lim, soma = gv(lname, "MB/s"), gv(f"Scan/{v}/{mode}", "MB/s")
+        lc, sc = gv(lname, "cpu-ms/op"), gv(f"Scan/{v}/{mode}", "cpu-ms/op")
         cpu = "—" if not (lc == lc and sc == sc and lc) else f"{sc / lc:.2f}x its CPU ({sc:.0f} vs {lc:.0f} ms/op)"
         return vs_limit(lim, soma) + ", " + cpu
 
@@ -204,6 +205,8 @@ def table(go_paths, py_paths):
              scan_vs_limit(v, "alloc")),
             ("", f"{cores} cores, reused buffer", f"{gv(f'Scan/{v}/into', 'MB/s'):.0f}", "",
              f"{gv(f'LimitZstdParallel/{v}/into', 'MB/s'):.0f} (same, reused buffer)", scan_vs_limit(v, "into")),
+            ("", "", "", "", f"{gv(f'LimitZstdParallel/{v}/files', 'MB/s'):.0f} (same, reading each chunk file too)",
+             scan_vs_limit(v, "into", "files")),
             (f"zstd decode, 1 core, MB/s ({v})", "klauspost / numcodecs (libzstd)", f"{lim_go:.0f}", f"{lim_py:.0f}", "", ""),
             (f"read chunk files, MB/s ({v})", "", f"{gv(f'LimitReadFiles/{v}', 'MB/s'):.0f}", f"{pv['limit_read_MBps']:.0f}", "", ""),
             (f"append 10 000 rows, p50 ms ({v})", "crash-safe (fsync)", f"{gv(f'Append/{v}', 'p50-ms'):.1f}",
