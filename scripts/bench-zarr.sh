@@ -41,7 +41,7 @@ while [ "$i" -le "$rounds" ]; do
 	echo "bench-zarr: round $i/$rounds: soma" >&2
 	{
 		run 100x 'RandomRows|LimitCachedBytes'
-		run 3x 'Scan|LimitZstd|LimitReadFiles'
+		run 3x 'Scan|LimitZstd|LimitReadFiles'  # LimitZstd also runs LimitZstdParallel
 		run 5x 'Append'
 	} >"$tmp/go.$i.txt"
 	echo "bench-zarr: round $i/$rounds: zarr-python" >&2

@@ -3,6 +3,7 @@ package zarr
 import (
 	"context"
 	"encoding/binary"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -143,6 +146,17 @@ func BenchmarkRandomRows(b *testing.B) {
 	}
 }
 
+// reportCPU reports the process's CPU time (user + system, all threads)
+// per op from now to the end of b's loop, as "cpu-ms/op": on a machine
+// shared with other work it measures cost where wall time measures load.
+// It returns the function to call after the loop.
+func reportCPU(b *testing.B) func() {
+	start := processCPU()
+	return func() {
+		b.ReportMetric(float64((processCPU()-start).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+	}
+}
+
 // BenchmarkScan: one op reads the whole array, decoding on all cores;
 // "alloc" returns a new buffer each time (like z[:]), "into" reuses one.
 func BenchmarkScan(b *testing.B) {
@@ -157,6 +171,7 @@ func BenchmarkScan(b *testing.B) {
 				shape := a.Shape()
 				b.SetBytes(prod(shape) * 4)
 				dst, _ := NewData(Float32, shape)
+				done := reportCPU(b)
 				for b.Loop() {
 					if mode == "alloc" {
 						if _, err := a.ReadRows(ctx, 0, shape[0]); err != nil {
@@ -166,6 +181,7 @@ func BenchmarkScan(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
+				done()
 				b.ReportMetric(float64(runtime.GOMAXPROCS(0)), "cores")
 			})
 		}
@@ -249,6 +265,121 @@ func BenchmarkLimitZstd(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkLimitZstdParallel is the decode limit of a parallel scan:
+// klauspost zstd decoding every chunk of the array (already in memory)
+// on as many goroutines as BenchmarkScan uses (GOMAXPROCS), each with its
+// own decoder and output buffer. BenchmarkScan does this plus reading
+// the files, checking and placing the chunks (and, for "shuffle", the
+// unshuffle); bench-zarr.sh prints the two side by side.
+//
+// Each chunk is decoded into its place in one buffer for the whole
+// array, as a scan must: "into" reuses that buffer (the limit of
+// BenchmarkScan's "into"), "alloc" allocates a new one each op (the
+// limit of "alloc", which returns a new array as z[:] does). "hot"
+// decodes every chunk into one 4 MiB buffer per goroutine that stays in
+// the CPU cache: the plain decode, which a scan must also write out to
+// the whole array (on bench-zarr.sh's arrays it costs about the same CPU
+// as "into"). "files" is "into" that also reads each chunk file, into a
+// reused buffer per goroutine, as a scan must: the limit of a scan from
+// the page cache.
+func BenchmarkLimitZstdParallel(b *testing.B) {
+	for _, variant := range benchVariants {
+		for _, mode := range []string{"alloc", "into", "hot", "files"} {
+			b.Run(variant+"/"+mode, func(b *testing.B) { limitZstdParallel(b, variant, mode) })
+		}
+	}
+}
+
+func limitZstdParallel(b *testing.B, variant, mode string) {
+	{
+		{
+			path := benchArray(b, variant)
+			files := chunkFiles(b, path)
+			workers := runtime.GOMAXPROCS(0)
+			srcs := make([][]byte, workers)
+			for i := range srcs {
+				srcs[i] = make([]byte, 0, benchChunkRows*benchCols*4+1<<20)
+			}
+			decs := make([]*zstd.Decoder, workers)
+			outs := make([][]byte, workers)
+			for i := range decs {
+				d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(false))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer d.Close()
+				decs[i], outs[i] = d, make([]byte, 0, benchChunkRows*benchCols*4)
+			}
+			var n int64
+			for _, f := range files {
+				d, err := decs[0].DecodeAll(f, outs[0][:0])
+				if err != nil {
+					b.Fatal(err)
+				}
+				n += int64(len(d))
+			}
+			b.SetBytes(n)
+			const chunk = benchChunkRows * benchCols * 4
+			whole := make([]byte, n)
+			done := reportCPU(b)
+			for b.Loop() {
+				if mode == "alloc" {
+					whole = make([]byte, n)
+				}
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				for w := range workers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := next.Add(1) - 1; i < int64(len(files)); i = next.Add(1) - 1 {
+							out := outs[w][:0]
+							if mode != "hot" {
+								out = whole[i*chunk : i*chunk : min(n, (i+1)*chunk)]
+							}
+							src := files[i]
+							if mode == "files" {
+								var err error
+								if src, err = readInto(filepath.Join(path, strconv.FormatInt(i, 10)+".0"), srcs[w]); err != nil {
+									b.Error(err)
+									return
+								}
+							}
+							if _, err := decs[w].DecodeAll(src, out); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+			}
+			done()
+			b.ReportMetric(float64(workers), "cores")
+		}
+	}
+}
+
+// readInto reads the file at path into buf's memory (growing it if
+// needed) and returns the bytes.
+func readInto(path string, buf []byte) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if int64(cap(buf)) < fi.Size() {
+		buf = make([]byte, fi.Size())
+	}
+	buf = buf[:fi.Size()]
+	_, err = io.ReadFull(f, buf)
+	return buf, err
 }
 
 // BenchmarkLimitReadFiles is the storage limit: a plain read of every

@@ -3,13 +3,13 @@ package zarr
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -18,10 +18,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gofrs/flock"
-	"github.com/soma-hpc/soma/fsstore"
 )
 
 // CacheKey names one cached decoded chunk: the SHA-256 of everything that
@@ -89,17 +89,24 @@ type CacheStats struct {
 // Entries are immutable files written atomically (fsstore.WriteFileAtomic);
 // recency is the file's mtime, refreshed on a hit.
 //
-// Several processes on one node may share the folder. A Put adds its
-// entry's size to a ledger (<dir>/v1/usage) under an exclusive flock
-// (<dir>/v1/lock); when the ledger passes MaxBytes, the process holding
-// the lock recounts the folder exactly and removes the least recently
-// used entries down to 7/8 of MaxBytes. The ledger never undercounts (an
-// entry is renamed into place before its size is added, and a recount
-// holds the lock), so the folder exceeds MaxBytes by at most the entries
-// being written at that moment. A reader that opened an entry keeps
-// reading it if another process evicts it (POSIX unlink semantics); a
-// reader that finds it gone sees a miss. A crash leaves at most a
-// "."-prefixed temp file, removed by a later recount once an hour old.
+// Several processes on one node may share the folder. MaxBytes is a hard
+// bound on the bytes of entries and temp files in it, at every moment: a
+// Put reserves its entry's size in a ledger (<dir>/v1/usage) under an
+// exclusive flock (<dir>/v1/lock) before it writes anything, evicting the
+// least recently used entries down to 7/8 of MaxBytes first when the
+// reservation would not fit (and skipping the entry if the other
+// processes' writes in flight leave no room). Still under the lock it
+// creates the entry's temp file, whose name records the writer's host,
+// pid and reserved size, so a recount (which holds the lock and counts
+// each temp file at its reserved size) sees every reservation. The
+// ledger never undercounts. (It used to add an entry's size after
+// writing it, so concurrent writers overshot a 4 MiB limit by 8.4%.)
+//
+// A reader that opened an entry keeps reading it if another process
+// evicts it (POSIX unlink semantics); a reader that finds it gone sees a
+// miss. A writer killed mid-Put leaves its temp file; every recount (and
+// so every OpenCache) removes the temp files of writers on this host
+// whose process is gone, and any temp file untouched for staleTempAge.
 //
 // A Cache is safe for concurrent use. Close releases the lock file.
 type Cache struct {
@@ -110,6 +117,48 @@ type Cache struct {
 	now   func() time.Time
 
 	hits, misses, puts, evictions, corrupt, skipped atomic.Int64
+}
+
+// ParseCacheSize parses a cache size as `soma zarr cat --cache-size` and
+// $SOMA_ZARR_CACHE_SIZE take it: a whole number of bytes, optionally
+// followed by K, M, G or T (powers of 1024; "KiB", "KB" and "k" mean the
+// same), e.g. "4G", "512MiB", "1048576". It must be positive.
+func ParseCacheSize(s string) (int64, error) {
+	bad := func(why string) (int64, error) {
+		return 0, fmt.Errorf("zarr: cache size %q: %s (use e.g. 4G, 512M or a number of bytes)", s, why)
+	}
+	t := strings.TrimSpace(s)
+	num := strings.TrimRight(t, "KMGTkmgtiIbB")
+	unit := strings.ToUpper(strings.TrimSpace(t[len(num):]))
+	num = strings.TrimSpace(num)
+	shift := 0
+	switch strings.TrimSuffix(strings.TrimSuffix(unit, "B"), "I") {
+	case "":
+		if unit != "" && unit != "B" {
+			return bad("unknown unit")
+		}
+	case "K":
+		shift = 10
+	case "M":
+		shift = 20
+	case "G":
+		shift = 30
+	case "T":
+		shift = 40
+	default:
+		return bad("unknown unit")
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil {
+		return bad("not a whole number")
+	}
+	if n <= 0 {
+		return bad("not positive")
+	}
+	if n > (1<<63-1)>>shift {
+		return bad("too large")
+	}
+	return n << shift, nil
 }
 
 // DefaultCacheDir returns the folder soma uses for the chunk cache when
@@ -143,8 +192,64 @@ func OpenCache(dir string, opts CacheOptions) (*Cache, error) {
 	if err := os.MkdirAll(filepath.Join(v, "entries"), 0o700); err != nil {
 		return nil, fmt.Errorf("zarr: cache %s: %w (choose a writable local folder)", dir, err)
 	}
-	return &Cache{dir: v, limit: opts.MaxBytes, lock: flock.New(filepath.Join(v, "lock")), now: time.Now}, nil
+	c := &Cache{dir: v, limit: opts.MaxBytes, lock: flock.New(filepath.Join(v, "lock")), now: time.Now}
+	// Recount now: it removes what killed writers left and corrects the
+	// ledger, so their reservations do not linger.
+	if _, err := c.Usage(context.Background()); err != nil {
+		c.lock.Close()
+		return nil, fmt.Errorf("zarr: cache %s: %w", dir, err)
+	}
+	return c, nil
 }
+
+// staleTempAge is how long a temp file of a writer soma cannot check (on
+// another host, or in an old name format) may go unmodified before a
+// recount removes it. A writer rewrites nothing for this long only if it
+// is gone: entries are at most 2 GiB and written in one go.
+const staleTempAge = 10 * time.Minute
+
+// tempName is the name of an entry's temp file while a Put writes it:
+// ".<name>.tmp-<host>-<pid>-<reserved bytes>-<random>".
+func tempName(base, host string, pid int, size int64, rnd string) string {
+	return "." + base + ".tmp-" + host + "-" + strconv.Itoa(pid) + "-" + strconv.FormatInt(size, 10) + "-" + rnd
+}
+
+// parseTempName reverses tempName; ok is false for other "." files (such
+// as fsstore.WriteFileAtomic's ".<name>.tmp-<random>" of older soma).
+func parseTempName(name string) (host string, pid int, size int64, ok bool) {
+	_, rest, found := strings.Cut(name, ".tmp-")
+	if !found {
+		return "", 0, 0, false
+	}
+	f := strings.Split(rest, "-")
+	if len(f) < 4 {
+		return "", 0, 0, false
+	}
+	n := len(f)
+	pid, err1 := strconv.Atoi(f[n-3])
+	size, err2 := strconv.ParseInt(f[n-2], 10, 64)
+	if err1 != nil || err2 != nil || pid <= 0 || size < 0 {
+		return "", 0, 0, false
+	}
+	return strings.Join(f[:n-3], "-"), pid, size, true
+}
+
+// processGone reports whether no process pid exists on this host.
+func processGone(pid int) bool {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return true
+	}
+	return errors.Is(p.Signal(syscall.Signal(0)), os.ErrProcessDone)
+}
+
+var thisHost = sync.OnceValue(func() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "unknown"
+	}
+	return h
+})
 
 // Dir returns the cache's versioned folder.
 func (c *Cache) Dir() string { return c.dir }
@@ -248,32 +353,85 @@ func (c *Cache) Put(ctx context.Context, k CacheKey, data []byte) error {
 		_ = os.Chtimes(path, now, now)
 		return nil
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	dir, base := filepath.Split(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("zarr: cache put %s: %w", k, err)
 	}
-	var hdr [cacheHeaderLen]byte
-	copy(hdr[:8], cacheMagic)
-	copy(hdr[8:40], k[:])
-	binary.LittleEndian.PutUint64(hdr[40:], uint64(len(data)))
-	if err := fsstore.WriteFileAtomic(path, io.MultiReader(bytes.NewReader(hdr[:]), bytes.NewReader(data))); err != nil {
-		return fmt.Errorf("zarr: cache put %s: %w (is the cache folder %s full?)", k, err, c.dir)
-	}
-	c.puts.Add(1)
-	return c.withLock(ctx, func(usage int64, known bool) (int64, error) {
-		if known {
-			usage += size
-		} else {
-			u, err := c.trimLocked(ctx, 0)
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := filepath.Join(dir, tempName(base, thisHost(), os.Getpid(), size, hex.EncodeToString(rnd[:])))
+	var f *os.File
+	err := c.withLock(ctx, func(usage int64, known bool) (int64, error) {
+		if !known {
+			u, err := c.trimLocked(ctx, 0, false)
 			if err != nil {
 				return 0, err
 			}
 			usage = u
 		}
-		if usage > c.limit {
-			return c.trimLocked(ctx, c.limit-c.limit/8)
+		if usage+size > c.limit {
+			u, err := c.trimLocked(ctx, max(c.limit-c.limit/8-size, 0), true)
+			if err != nil {
+				return 0, err
+			}
+			usage = u
+			if usage+size > c.limit {
+				return usage, nil // the others' writes in flight fill it
+			}
 		}
-		return usage, nil
+		var err error
+		if f, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
+			return usage, err
+		}
+		return usage + size, nil
 	})
+	if err != nil {
+		return fmt.Errorf("zarr: cache put %s: %w", k, err)
+	}
+	if f == nil {
+		c.skipped.Add(1)
+		return nil
+	}
+	if err := writeEntry(f, tmp, path, k, data); err != nil {
+		_ = os.Remove(tmp)
+		// Give the reservation back (a recount would too).
+		_ = c.withLock(ctx, func(usage int64, known bool) (int64, error) {
+			if !known {
+				return c.trimLocked(ctx, 0, false)
+			}
+			return max(usage-size, 0), nil
+		})
+		return fmt.Errorf("zarr: cache put %s: %w (is the cache folder %s full?)", k, err, c.dir)
+	}
+	c.puts.Add(1)
+	return nil
+}
+
+// writeEntry writes the entry to its temp file f (named tmp), syncs it
+// and renames it to path. If another process stored the same key
+// meanwhile, that entry stays and the temp file is removed.
+func writeEntry(f *os.File, tmp, path string, k CacheKey, data []byte) error {
+	var hdr [cacheHeaderLen]byte
+	copy(hdr[:8], cacheMagic)
+	copy(hdr[8:40], k[:])
+	binary.LittleEndian.PutUint64(hdr[40:], uint64(len(data)))
+	_, err := f.Write(hdr[:])
+	if err == nil {
+		_, err = f.Write(data)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(path); err == nil {
+		return os.Remove(tmp)
+	}
+	return os.Rename(tmp, path)
 }
 
 // Remove deletes the given entries (missing ones are ignored).
@@ -297,7 +455,7 @@ func (c *Cache) Remove(ctx context.Context, keys ...CacheKey) error {
 			usage -= fi.Size()
 		}
 		if !known || usage < 0 {
-			return c.trimLocked(ctx, 0)
+			return c.trimLocked(ctx, 0, false)
 		}
 		return usage, nil
 	})
@@ -307,7 +465,7 @@ func (c *Cache) Remove(ctx context.Context, keys ...CacheKey) error {
 func (c *Cache) Usage(ctx context.Context) (int64, error) {
 	var out int64
 	err := c.withLock(ctx, func(int64, bool) (int64, error) {
-		u, err := c.trimLocked(ctx, 0)
+		u, err := c.trimLocked(ctx, 0, false)
 		out = u
 		return u, err
 	})
@@ -322,7 +480,7 @@ func (c *Cache) Trim(ctx context.Context, target int64) error {
 		if target > c.limit {
 			target = c.limit
 		}
-		return c.trimLocked(ctx, target)
+		return c.trimLocked(ctx, target, target > 0)
 	})
 }
 
@@ -352,8 +510,23 @@ func (c *Cache) withLock(ctx context.Context, fn func(usage int64, known bool) (
 	if err != nil {
 		return err
 	}
+	// The ledger is rewritten in place, under the lock: no temp file to
+	// leave behind (a killed process left a v1/.usage.tmp-* per kill). A
+	// write torn by a crash leaves bytes that do not parse, and the next
+	// holder of the lock recounts.
 	b, _ := json.Marshal(ledger{Format: cacheFormat, Bytes: usage})
-	if err := fsstore.WriteFileAtomic(filepath.Join(c.dir, "usage"), bytes.NewReader(b)); err != nil {
+	lf, err := os.OpenFile(filepath.Join(c.dir, "usage"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("zarr: cache ledger: %w", err)
+	}
+	_, err = lf.WriteAt(b, 0)
+	if err == nil {
+		err = lf.Truncate(int64(len(b)))
+	}
+	if cerr := lf.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return fmt.Errorf("zarr: cache ledger: %w", err)
 	}
 	return nil
@@ -365,10 +538,13 @@ type cacheEntry struct {
 	mtime time.Time
 }
 
-// trimLocked counts every entry and, if target > 0 and the total exceeds
-// it, removes the oldest entries until it does not. It returns the new
-// total. The caller holds the lock.
-func (c *Cache) trimLocked(ctx context.Context, target int64) (int64, error) {
+// trimLocked counts every entry and temp file (a temp file of a live
+// writer at its reserved size, so the total covers the Puts in flight)
+// and removes the temp files of dead writers. If evict is set and the
+// total exceeds target, it removes the least recently used entries until
+// it does not, or none is left. It returns the new total. The caller
+// holds the lock.
+func (c *Cache) trimLocked(ctx context.Context, target int64, evict bool) (int64, error) {
 	root := filepath.Join(c.dir, "entries")
 	subs, err := os.ReadDir(root)
 	if err != nil {
@@ -377,6 +553,13 @@ func (c *Cache) trimLocked(ctx context.Context, target int64) (int64, error) {
 	var entries []cacheEntry
 	var total int64
 	now := c.now()
+	// Ledger temp files of older soma, which wrote the ledger with
+	// WriteFileAtomic under this lock: any left now is a dead writer's.
+	if old, _ := filepath.Glob(filepath.Join(c.dir, ".usage.tmp-*")); old != nil {
+		for _, p := range old {
+			_ = os.Remove(p)
+		}
+	}
 	for _, sub := range subs {
 		if err := ctx.Err(); err != nil {
 			return 0, err
@@ -396,11 +579,13 @@ func (c *Cache) trimLocked(ctx context.Context, target int64) (int64, error) {
 			}
 			p := filepath.Join(dir, f.Name())
 			if strings.HasPrefix(f.Name(), ".") {
-				// A temp file of WriteFileAtomic: in flight, or left by a
-				// crash if it is old.
-				if now.Sub(info.ModTime()) > time.Hour {
-					_ = os.Remove(p)
+				host, pid, reserved, ok := parseTempName(f.Name())
+				if (ok && host == thisHost() && processGone(pid)) || now.Sub(info.ModTime()) > staleTempAge {
+					if os.Remove(p) == nil || !fileExists(p) {
+						continue
+					}
 				}
+				total += max(info.Size(), reserved)
 				continue
 			}
 			if k, err := ParseCacheKey(sub.Name() + f.Name()); err != nil || c.entryPath(k) != p {
@@ -410,7 +595,7 @@ func (c *Cache) trimLocked(ctx context.Context, target int64) (int64, error) {
 			total += info.Size()
 		}
 	}
-	if target <= 0 || total <= target {
+	if !evict || total <= target {
 		return total, nil
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].mtime.Before(entries[j].mtime) })
@@ -439,4 +624,9 @@ func chunkCacheKey(array string, sig [32]byte, key string, inner int64, identity
 	var k CacheKey
 	h.Sum(k[:0])
 	return k
+}
+
+func fileExists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
 }

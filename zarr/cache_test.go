@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -298,6 +299,104 @@ func TestCacheCorruptEntries(t *testing.T) {
 	}
 	if hit, err := c.Get(ctx, k, 4, make([]byte, 8)); hit || err != nil {
 		t.Errorf("Get past the end = %v, %v, want a miss", hit, err)
+	}
+}
+
+// TestCacheTempFileRule: a recount removes the temp files of dead
+// writers on this host at once, those it cannot check (another host, an
+// older name format) after staleTempAge, and the ledger temp files older
+// soma left; it counts a live writer's temp file at its reserved size.
+func TestCacheTempFileRule(t *testing.T) {
+	dir := t.TempDir()
+	c, err := OpenCache(dir, CacheOptions{MaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	done := exec.Command("true")
+	if err := done.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := done.Process.Pid
+	sub := filepath.Join(c.Dir(), "entries", "ab")
+	if err := os.MkdirAll(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	base := strings.Repeat("c", 62)
+	old := time.Now().Add(-staleTempAge - time.Minute)
+	files := []struct {
+		name string
+		age  time.Time
+		kept bool
+	}{
+		{tempName(base, thisHost(), dead, 5000, "01"), time.Now(), false},
+		{tempName(base, thisHost(), os.Getpid(), 5000, "02"), time.Now(), true},
+		{tempName(base, "other-node.example", dead, 7000, "03"), time.Now(), true},
+		{tempName(base, "other-node.example", dead, 7000, "04"), old, false},
+		{"." + base + ".tmp-0123456789abcdef", time.Now(), true},
+		{"." + base + ".tmp-fedcba9876543210", old, false},
+	}
+	for _, f := range files {
+		p := filepath.Join(sub, f.name)
+		writeTestFile(t, p, []byte("partial"))
+		if err := os.Chtimes(p, f.age, f.age); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ledgerTemp := filepath.Join(c.Dir(), ".usage.tmp-0123456789abcdef")
+	writeTestFile(t, ledgerTemp, []byte("{"))
+	u, err := c.Usage(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if got := fileExists(filepath.Join(sub, f.name)); got != f.kept {
+			t.Errorf("%s: exists = %v, want %v", f.name, got, f.kept)
+		}
+	}
+	if fileExists(ledgerTemp) {
+		t.Errorf("the old ledger temp file was kept")
+	}
+	if want := int64(5000 + 7000 + len("partial")); u != want {
+		t.Errorf("Usage() = %d, want %d (live temp files at their reserved size)", u, want)
+	}
+}
+
+func TestParseTempName(t *testing.T) {
+	tests := []struct {
+		name, host string
+		pid        int
+		size       int64
+		ok         bool
+	}{
+		{tempName("abc", "node-01.cluster", 42, 1234, "ff00"), "node-01.cluster", 42, 1234, true},
+		{tempName("abc", "h", 1, 0, "0"), "h", 1, 0, true},
+		{".abc.tmp-0123456789abcdef", "", 0, 0, false},
+		{".abc.tmp-h-x-12-00", "", 0, 0, false},
+		{".usage", "", 0, 0, false},
+	}
+	for _, tc := range tests {
+		host, pid, size, ok := parseTempName(tc.name)
+		if host != tc.host || pid != tc.pid || size != tc.size || ok != tc.ok {
+			t.Errorf("parseTempName(%q) = %q, %d, %d, %v; want %q, %d, %d, %v", tc.name, host, pid, size, ok, tc.host, tc.pid, tc.size, tc.ok)
+		}
+	}
+}
+
+func TestParseCacheSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+	}{
+		{"1048576", 1 << 20}, {"4G", 4 << 30}, {"4GiB", 4 << 30}, {"4gb", 4 << 30}, {"512M", 512 << 20},
+		{"64k", 64 << 10}, {" 2T ", 2 << 40}, {"100B", 100},
+		{"", 0}, {"0", 0}, {"-1G", 0}, {"1.5G", 0}, {"4X", 0}, {"G", 0}, {"9999999999T", 0}, {"4 GiBs", 0},
+	}
+	for _, tc := range tests {
+		got, err := ParseCacheSize(tc.in)
+		if got != tc.want || (err == nil) != (tc.want > 0) {
+			t.Errorf("ParseCacheSize(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
 	}
 }
 

@@ -117,17 +117,19 @@ func (b *bloscCodec) decode(dst, src []byte) ([]byte, error) {
 		// c-blosc refuses a block larger than the destination, too.
 		return nil, corruptf("blosc: typesize %d, blocksize %d for %d bytes", typesize, blocksize, cap(dst))
 	}
-	if flags&bloscDoBitShuffle != 0 && typesize > 1 {
-		return nil, fmt.Errorf("%w: blosc bitshuffle (rewrite the array with shuffle or zstd)", ErrUnsupported)
-	}
+	// As c-blosc's blosc_d: byte shuffle wins when both flags are set;
+	// bitshuffle applies to 1-byte elements too. (soma used to ignore
+	// bitshuffle for typesize 1 and return the bit-transposed bytes as
+	// data: u1 values arange(4000) % 4 read as 170 170 170 ..., rc 0.)
 	doShuffle := flags&bloscDoShuffle != 0 && typesize > 1
+	doBitShuffle := !doShuffle && flags&bloscDoBitShuffle != 0
 	comp := (flags >> 5) & 7
 	nblocks := (nbytes + blocksize - 1) / blocksize
 	if 16+4*nblocks > cbytes {
 		return nil, corruptf("blosc: %d blocks do not fit in %d bytes", nblocks, cbytes)
 	}
 	var tmp []byte
-	if doShuffle {
+	if doShuffle || doBitShuffle {
 		tmp = make([]byte, blocksize)
 	}
 	for j := int64(0); j < nblocks; j++ {
@@ -140,7 +142,7 @@ func (b *bloscCodec) decode(dst, src []byte) ([]byte, error) {
 		start := int64(binary.LittleEndian.Uint32(src[16+4*j:]))
 		blk := out[j*blocksize : j*blocksize+bsize]
 		target := blk
-		if doShuffle {
+		if doShuffle || doBitShuffle {
 			target = tmp[:bsize]
 		}
 		nsplits := int64(1)
@@ -167,10 +169,13 @@ func (b *bloscCodec) decode(dst, src []byte) ([]byte, error) {
 			}
 			pos += cs
 		}
-		if doShuffle {
+		switch {
+		case doShuffle:
 			whole := bsize / int64(typesize) * int64(typesize)
 			unshuffle(blk[:whole], tmp[:whole], typesize)
 			copy(blk[whole:], tmp[whole:bsize])
+		case doBitShuffle:
+			bitUnshuffle(blk, tmp[:bsize], typesize)
 		}
 	}
 	return out, nil

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -337,7 +338,6 @@ func TestBloscHeaderChecks(t *testing.T) {
 		{"memcpy size mismatch", append(hdr(2, 0x02, 4, 9, 8, 24), make([]byte, 8)...), 9, ErrCorrupt},
 		{"zero blocksize", append(hdr(2, 0x20, 4, 8, 0, 24), make([]byte, 8)...), 8, ErrCorrupt},
 		{"bstarts missing", hdr(2, 0x20, 4, 1000, 8, 16), 1000, ErrCorrupt},
-		{"bitshuffle", append(hdr(2, 0x04|0x20, 4, 8, 8, 24), make([]byte, 8)...), 8, ErrUnsupported},
 		{"split start outside", append(hdr(2, 0x20|0x10, 4, 8, 8, 24), 0xff, 0, 0, 0, 0, 0, 0, 0), 8, ErrCorrupt},
 	}
 	for _, tc := range tests {
@@ -353,6 +353,47 @@ func TestBloscHeaderChecks(t *testing.T) {
 				t.Errorf("decode = %v, want an error wrapping %v", err, tc.is)
 			}
 		})
+	}
+}
+
+// BenchmarkUnshuffleApart unshuffles a 4 MiB float32 chunk into a
+// destination 0 bytes to 4 KiB - 64 after the source modulo 4 KiB: the
+// reason getBufApart places scratch buffers 2 KiB apart.
+func BenchmarkUnshuffleApart(b *testing.B) {
+	src := genData(b, Uint8, []int64{4 << 20}, 1).Bytes // page-aligned: a large allocation
+	big := make([]byte, 4<<20+4096)
+	for _, off := range []int{0, 256, 2048, 4032} {
+		b.Run(fmt.Sprint(off), func(b *testing.B) {
+			dst := big[off : off+4<<20]
+			b.SetBytes(int64(len(src)))
+			for b.Loop() {
+				unshuffle(dst, src, 4)
+			}
+		})
+	}
+}
+
+// TestGetBufApart: the scratch buffer starts 2 KiB from dst modulo 4 KiB,
+// has the length asked, and goes back to the free list.
+func TestGetBufApart(t *testing.T) {
+	ch, err := buildChain([]Codec{BytesCodec(false), ShuffleCodec(4), ZstdCodec(1, false)}, chunkRep{shape: []int64{1024}, dtype: Float32}, make([]byte, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 8192)
+	for _, off := range []int{0, 1, 100, 2048, 4095} {
+		dst := big[off : off+4096]
+		view, whole := ch.getBufApart(4096, dst)
+		d := uintptr(unsafe.Pointer(&dst[0])) % 4096
+		v := uintptr(unsafe.Pointer(&view[0])) % 4096
+		if len(view) != 4096 || (v+4096-d)%4096 != 2048 {
+			t.Errorf("dst at %d mod 4096: view of %d bytes at %d mod 4096, want 4096 bytes at %d", d, len(view), v, (d+2048)%4096)
+		}
+		ch.putBuf(whole)
+		if len(ch.free) == 0 {
+			t.Errorf("putBuf(whole) did not keep the buffer")
+		}
+		<-ch.free
 	}
 }
 

@@ -35,8 +35,9 @@
 // with their content size (numcodecs < 0.12 cannot read frames without
 // it) and read with or without it. Unknown codecs, data types and
 // metadata fields are refused with ErrUnsupported or ErrBadMetadata; v3
-// fields marked "must_understand": false are kept and ignored. blosc with
-// bitshuffle is not supported.
+// fields marked "must_understand": false are kept and ignored. blosc is
+// read with every c-blosc 1.x compressor, shuffle and bitshuffle (any
+// element size).
 //
 // # The chunk cache
 //

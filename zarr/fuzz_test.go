@@ -170,9 +170,12 @@ func readOnly(ch *chain) bool {
 }
 
 // FuzzBloscDecode: blosc frames from other writers are parsed by hand;
-// damaged ones must fail cleanly. Seeds are the fixtures' blosc chunks.
+// damaged ones must fail cleanly. Seeds are the fixtures' blosc chunks,
+// shuffled and bitshuffled.
 func FuzzBloscDecode(f *testing.F) {
-	for _, pat := range []string{"testdata/zarr-v2/float32_blosc_lz4_shuffle.zarr/*", "testdata/zarr-v3/float32_blosc_zstd_shuffle.zarr/c/*/*"} {
+	for _, pat := range []string{"testdata/zarr-v2/float32_blosc_lz4_shuffle.zarr/*", "testdata/zarr-v3/float32_blosc_zstd_shuffle.zarr/c/*/*",
+		"testdata/blosc/v2_uint8_bitshuffle_c800.zarr/0", "testdata/blosc/v2_float64_bitshuffle_c600_b128.zarr/0",
+		"testdata/blosc/v3_float32_bitshuffle_blosclz5_c800_b0.zarr/c/1", "testdata/blosc/v2_uint16_bitshuffle_c601_b200.zarr/0"} {
 		files, _ := filepath.Glob(pat)
 		for _, p := range files {
 			if b, err := os.ReadFile(p); err == nil && filepath.Base(p)[0] != '.' {

@@ -2,9 +2,11 @@ package zarr
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 )
@@ -50,6 +52,39 @@ func (a *Array) Info() Info {
 		in.InnerChunkShape = append([]int64{}, st.plan.chunk...)
 	}
 	return in
+}
+
+// CheckDecode reads and decodes the first stored chunk (in C order over
+// the chunk grid, looking at the first 1000 positions), so that a codec
+// or a frame soma cannot decode is named before a read of the data fails
+// (`soma zarr info` runs it). It returns the chunk's key, or "" if none
+// of those positions holds a chunk, and the read's error.
+func (a *Array) CheckDecode(ctx context.Context) (string, error) {
+	st := a.state.Load()
+	m := st.m
+	grid := gridShape(m.shape, m.chunks)
+	n := min(prod(grid), 1000)
+	coord := make([]int64, len(grid))
+	for i := int64(0); i < n; i++ {
+		rem := i
+		for d := len(grid) - 1; d >= 0; d-- {
+			coord[d] = rem % grid[d]
+			rem /= grid[d]
+		}
+		key := m.keys.key(coord)
+		if _, err := os.Stat(a.objPath(key)); err != nil {
+			continue
+		}
+		start := make([]int64, len(coord))
+		stop := make([]int64, len(coord))
+		for d := range coord {
+			start[d] = coord[d] * m.chunks[d]
+			stop[d] = min(start[d]+m.chunks[d], m.shape[d])
+		}
+		_, err := a.readRegion(ctx, st, start, stop)
+		return key, err
+	}
+	return "", nil
 }
 
 // WriteText writes the description as aligned "name: value" lines.

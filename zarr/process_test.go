@@ -58,6 +58,10 @@ func runWorker(name string) int {
 		err = cacheWorker()
 	case "reader":
 		err = readerWorker()
+	case "cachebound":
+		err = cacheBoundWorker()
+	case "cachewriter":
+		err = cacheWriterWorker()
 	default:
 		err = fmt.Errorf("unknown worker %q", name)
 	}
@@ -165,6 +169,179 @@ func TestCacheSharedByProcesses(t *testing.T) {
 	}
 	if s := c.Stats(); s.Corrupt != 0 {
 		t.Errorf("Stats().Corrupt = %d, want 0", s.Corrupt)
+	}
+}
+
+// bytesOnDisk sums the sizes of the files under the cache's entries
+// folder, entries and temp files alike, holding the cache lock (so no
+// reservation or eviction happens meanwhile; writes in flight go on). A
+// temp file renamed to its entry during the walk is counted once.
+func bytesOnDisk(c *Cache) (int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.lock.Lock(); err != nil {
+		return 0, err
+	}
+	defer c.lock.Unlock()
+	root := filepath.Join(c.dir, "entries")
+	subs, err := os.ReadDir(root)
+	if err != nil {
+		return 0, err
+	}
+	sizes := map[string]int64{}
+	for _, sub := range subs {
+		files, err := os.ReadDir(filepath.Join(root, sub.Name()))
+		if err != nil {
+			return 0, err
+		}
+		for _, f := range files {
+			fi, err := f.Info()
+			if err != nil {
+				continue // renamed or removed since the listing
+			}
+			name := f.Name()
+			if base, _, ok := strings.Cut(strings.TrimPrefix(name, "."), ".tmp-"); ok {
+				name = base
+			}
+			id := sub.Name() + "/" + name
+			sizes[id] = max(sizes[id], fi.Size())
+		}
+	}
+	var total int64
+	for _, n := range sizes {
+		total += n
+	}
+	return total, nil
+}
+
+// cacheBoundWorker fills a shared cache with distinct entries of 16 KiB to
+// 400 KiB and checks, after each Put returns, that the files in the cache
+// folder hold at most the limit.
+func cacheBoundWorker() error {
+	ctx := context.Background()
+	limit, _ := strconv.ParseInt(os.Getenv("ZARR_TEST_LIMIT"), 10, 64)
+	c, err := OpenCache(os.Getenv("ZARR_TEST_CACHE"), CacheOptions{MaxBytes: limit})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	id, _ := strconv.Atoi(os.Getenv("ZARR_TEST_ID"))
+	r := rand.New(rand.NewPCG(uint64(id), 2))
+	buf := make([]byte, 400<<10)
+	for i := range 120 {
+		k := CacheKey(sha256.Sum256([]byte(fmt.Sprintf("bound %d %d", id, i))))
+		data := buf[:16<<10+r.IntN(384<<10)]
+		data[0] = byte(i)
+		if err := c.Put(ctx, k, data); err != nil {
+			return err
+		}
+		n, err := bytesOnDisk(c)
+		if err != nil {
+			return err
+		}
+		if n > limit {
+			return fmt.Errorf("after put %d: %d bytes on disk, over the limit %d by %.1f%%", i, n, limit, 100*float64(n-limit)/float64(limit))
+		}
+	}
+	return nil
+}
+
+// TestCacheLimitIsHardAcrossProcesses: four processes fill one 4 MiB
+// cache at once; after every insertion the folder holds at most 4 MiB.
+// Regression: a Put wrote its entry and only then took the lock to
+// account for it, so writers racing past the limit together overshot it
+// (by 8.4% at 4 MiB, 13% of samples over).
+func TestCacheLimitIsHardAcrossProcesses(t *testing.T) {
+	dir := t.TempDir()
+	const limit = 4 << 20
+	runWorkers(t, "cachebound", 4, "ZARR_TEST_CACHE="+dir, "ZARR_TEST_LIMIT="+strconv.Itoa(limit))
+	c, err := OpenCache(dir, CacheOptions{MaxBytes: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if s := c.Stats(); s.Corrupt != 0 {
+		t.Errorf("Stats().Corrupt = %d", s.Corrupt)
+	}
+	temps, _ := filepath.Glob(filepath.Join(c.Dir(), "entries", "*", ".*"))
+	if len(temps) != 0 {
+		t.Errorf("temp files left after every writer finished: %v", temps)
+	}
+	u, err := c.Usage(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u == 0 || u > limit {
+		t.Errorf("Usage() = %d, want in (0, %d]", u, limit)
+	}
+}
+
+// cacheWriterWorker puts 32 MiB entries until it is killed.
+func cacheWriterWorker() error {
+	c, err := OpenCache(os.Getenv("ZARR_TEST_CACHE"), CacheOptions{MaxBytes: 1 << 30})
+	if err != nil {
+		return err
+	}
+	data := make([]byte, 32<<20)
+	for i := 0; ; i++ {
+		if err := c.Put(context.Background(), CacheKey(sha256.Sum256([]byte(strconv.Itoa(i)))), data); err != nil {
+			return err
+		}
+	}
+}
+
+// TestCacheRemovesTempOfKilledWriter kills a writer process in the middle
+// of a Put (SIGKILL, retried until the kill lands while its temp file
+// exists); the next OpenCache removes the temp file and its reservation.
+// Regression: such files stayed up to an hour (entries) or for ever
+// (v1/.usage.tmp-*), and counted against nothing or everything.
+func TestCacheRemovesTempOfKilledWriter(t *testing.T) {
+	dir := t.TempDir()
+	for attempt := 0; ; attempt++ {
+		if attempt == 20 {
+			t.Fatal("in 20 tries, no temp file named with the writer's pid was seen, or none outlived it")
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "ZARR_TEST_WORKER=cachewriter", "ZARR_TEST_CACHE="+dir)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		mark := "-" + strconv.Itoa(cmd.Process.Pid) + "-"
+		var temp string
+		for deadline := time.Now().Add(5 * time.Second); temp == "" && time.Now().Before(deadline); {
+			temps, _ := filepath.Glob(filepath.Join(dir, "v1", "entries", "*", ".*"))
+			for _, p := range temps {
+				if strings.Contains(filepath.Base(p), mark) {
+					temp = p
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if temp == "" || !fileExists(temp) {
+			continue // killed between two writes: try again
+		}
+		c, err := OpenCache(dir, CacheOptions{MaxBytes: 1 << 30})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if fileExists(temp) {
+			t.Fatalf("OpenCache left the killed writer's temp file %s", filepath.Base(temp))
+		}
+		left, _ := filepath.Glob(filepath.Join(dir, "v1", ".*"))
+		if len(left) != 0 {
+			t.Errorf("files left in v1: %v", left)
+		}
+		u, err := c.Usage(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if onDisk, _ := bytesOnDisk(c); u != onDisk {
+			t.Errorf("Usage() = %d, files hold %d", u, onDisk)
+		}
+		return
 	}
 }
 

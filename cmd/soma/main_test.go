@@ -436,3 +436,79 @@ func TestZarrInfoAndCat(t *testing.T) {
 		t.Errorf("zarr info of a missing array: %d %q, want one line", code, errOut)
 	}
 }
+
+// TestZarrCatCacheSize: --cache-size and $SOMA_ZARR_CACHE_SIZE bound the
+// chunk cache (an entry of this array is 96 bytes: 48 of header, 48 of
+// chunk), and --help says so. Before, the CLI had no way to set it.
+func TestZarrCatCacheSize(t *testing.T) {
+	arr := filepath.Join(studytest.RepoRoot(), "zarr", "testdata", "zarr-v2", "int32_zstd.zarr")
+	entries := func(cache string) int {
+		files, _ := filepath.Glob(filepath.Join(cache, "v1", "entries", "*", "*"))
+		return len(files)
+	}
+	tests := []struct {
+		name        string
+		args        []string
+		env         string
+		wantEntries bool
+	}{
+		{"flag below one entry", []string{"--cache-size", "64"}, "", false},
+		{"flag", []string{"--cache-size", "1K"}, "", true},
+		{"env below one entry", nil, "95", false},
+		{"env", nil, "1MiB", true},
+		{"flag wins over env", []string{"--cache-size", "64"}, "1M", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("SOMA_ZARR_CACHE_SIZE", tc.env)
+			cache := t.TempDir()
+			code, out, errOut := soma(append([]string{"zarr", "cat", arr, "--rows", "2:4", "--cache", cache}, tc.args...)...)
+			if code != exitOK || out != "-50\t-49\t-48\t-47\t-46\n50\t51\t52\t53\t54\n" {
+				t.Fatalf("zarr cat: %d %q %q", code, out, errOut)
+			}
+			if got := entries(cache) > 0; got != tc.wantEntries {
+				t.Errorf("cache holds entries = %v, want %v", got, tc.wantEntries)
+			}
+		})
+	}
+	code, _, errOut := soma("zarr", "cat", arr, "--cache", t.TempDir(), "--cache-size", "4X")
+	if code != exitUsage || !strings.Contains(errOut, `cache size "4X"`) {
+		t.Errorf("--cache-size 4X: %d %q, want a usage error naming it", code, errOut)
+	}
+	_, out, _ := soma("zarr", "cat", "--help")
+	if !strings.Contains(out, "--cache-size SIZE") || !strings.Contains(out, "$SOMA_ZARR_CACHE_SIZE") {
+		t.Errorf("zarr cat --help does not document --cache-size and $SOMA_ZARR_CACHE_SIZE:\n%s", out)
+	}
+}
+
+// TestZarrInfoNamesUndecodableFrames: info decodes one stored chunk, so a
+// blosc frame soma cannot decode (here a blosc2 header, version 3) is
+// named by `soma zarr info`, exit status 1, after the metadata; before,
+// info said nothing and only a read failed (and bitshuffle read wrong).
+func TestZarrInfoNamesUndecodableFrames(t *testing.T) {
+	src := filepath.Join(studytest.RepoRoot(), "zarr", "testdata", "blosc", "v2_uint8_bitshuffle_arange4000mod4.zarr")
+	code, out, errOut := soma("zarr", "info", src)
+	if code != exitOK || !strings.Contains(out, "decodes:           yes (chunk 0 read)") || !strings.Contains(out, `"shuffle":"bitshuffle"`) {
+		t.Errorf("zarr info: %d %q %q", code, out, errOut)
+	}
+	arr := filepath.Join(t.TempDir(), "a.zarr")
+	if err := os.Mkdir(arr, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{".zarray", "0"} {
+		b, err := os.ReadFile(filepath.Join(src, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "0" {
+			b[0] = 3 // blosc2's chunk format
+		}
+		if err := os.WriteFile(filepath.Join(arr, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut = soma("zarr", "info", arr)
+	if code != exitError || !strings.Contains(out, "shape:") || !strings.Contains(errOut, "blosc format version 3") {
+		t.Errorf("zarr info of an array of blosc2 frames: %d %q %q, want the metadata and an error naming the frame", code, out, errOut)
+	}
+}

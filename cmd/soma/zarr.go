@@ -18,6 +18,8 @@ func newZarrCommand() *cli.Command {
 				Usage:     "print an array's shape, chunks, data type, codecs and attributes",
 				UsageText: "soma zarr info PATH",
 				Description: `PATH is the array's folder (holding zarr.json for v3, .zarray for v2).
+It also reads the first stored chunk: a codec or compressed frame soma
+cannot decode is named here, with exit status 1, before any read fails.
 
 EXAMPLES:
    soma zarr info /scratch/data/train.zarr`,
@@ -28,21 +30,37 @@ EXAMPLES:
 					}
 					a, err := zarr.Open(c.Context, path, zarr.Options{})
 					if err != nil {
+						return err // an unknown codec is named here
+					}
+					if err := a.Info().WriteText(c.App.Writer); err != nil {
 						return err
 					}
-					return a.Info().WriteText(c.App.Writer)
+					// Decode one stored chunk, so that a frame soma cannot
+					// decode (say, blosc2's) is named now, not by a later read.
+					key, err := a.CheckDecode(c.Context)
+					switch {
+					case err != nil:
+						return fmt.Errorf("%w (soma cannot read this array's data)", err)
+					case key == "":
+						fmt.Fprintf(c.App.Writer, "%-18s %s\n", "decodes:", "no chunk stored to try")
+					default:
+						fmt.Fprintf(c.App.Writer, "%-18s %s\n", "decodes:", "yes (chunk "+key+" read)")
+					}
+					return nil
 				},
 			},
 			{
 				Name:      "cat",
 				Usage:     "print rows of an array as text, reading only the chunks that cover them",
-				UsageText: "soma zarr cat PATH [--rows A:B] [--cache DIR | --no-cache]",
+				UsageText: "soma zarr cat PATH [--rows A:B] [--cache DIR] [--cache-size SIZE] [--no-cache]",
 				Description: `Rows are a Python-style range over the first dimension: A:B is rows
 [A, B); A: runs to the end; :B starts at 0; A is one row; negative numbers
 count from the end (-10: is the last ten rows). By default chunks are read
 through the node-local chunk cache ($SOMA_ZARR_CACHE, else Slurm's
 $SLURM_TMPDIR, else $TMPDIR), so a second read of the same rows costs no
-shared-filesystem read.
+shared-filesystem read. The cache holds at most --cache-size bytes on disk
+($SOMA_ZARR_CACHE_SIZE; default 8G), evicting the least recently used
+chunks; the processes sharing it on a node keep to that bound together.
 
 EXAMPLES:
    soma zarr cat /scratch/data/train.zarr --rows 120000:121000
@@ -50,6 +68,7 @@ EXAMPLES:
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "rows", Value: "0:10", Usage: "the row range `A:B`"},
 					&cli.StringFlag{Name: "cache", Usage: "the chunk cache `DIR` (default: node-local scratch)"},
+					&cli.StringFlag{Name: "cache-size", EnvVars: []string{"SOMA_ZARR_CACHE_SIZE"}, Usage: "the chunk cache's limit, `SIZE` bytes on disk (K, M, G, T: powers of 1024)", DefaultText: "8G"},
 					&cli.BoolFlag{Name: "no-cache", Usage: "read the array directly"},
 				},
 				Action: func(c *cli.Context) error {
@@ -63,7 +82,13 @@ EXAMPLES:
 						if dir == "" {
 							dir = zarr.DefaultCacheDir()
 						}
-						cache, err := zarr.OpenCache(dir, zarr.CacheOptions{})
+						var copts zarr.CacheOptions
+						if v := c.String("cache-size"); v != "" {
+							if copts.MaxBytes, err = zarr.ParseCacheSize(v); err != nil {
+								return usageError{err}
+							}
+						}
+						cache, err := zarr.OpenCache(dir, copts)
 						if err != nil {
 							return fmt.Errorf("%w (or read without it: --no-cache)", err)
 						}

@@ -11,6 +11,10 @@
                               (zarr-v3/check_v3.py) and print the same JSON
   zarr_helper.py append ARRAY N  append N rows of value row_index*1000+col (float64 cast
                               to the array's dtype) with zarr-python's z.append
+  zarr_helper.py makeblosc DIR  write the blosc shuffle/bitshuffle arrays (BLOSC_ARRAYS: v2
+                              with zarr-python, v3 by hand with numcodecs' Blosc) into
+                              DIR/<name>.zarr and DIR/expected.json (testdata/blosc is
+                              its committed output)
 
 Deterministic: values come from a seeded generator.
 """
@@ -21,6 +25,7 @@ import sys
 
 import numpy as np
 import numcodecs
+import numcodecs.blosc
 import zarr
 from numcodecs import GZip, Zlib, Zstd, Shuffle, Blosc
 
@@ -120,9 +125,157 @@ def make(out):
         with open(os.path.join(out, name + ".bin"), "wb") as f:
             f.write(le_bytes(full))
         manifest.append({"name": name, "shape": list(shape), "dtype": dtype,
-                         "unsupported": "bitshuffle" in name})
+                         "unsupported": False})
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
+
+
+# Blosc shuffle and bitshuffle across element sizes, chunk lengths that are
+# and are not multiples of 8 elements, and block sizes that leave a short
+# last block or blocks whose element count is not a multiple of 8 (which
+# c-blosc 1.x copies instead of bit-transposing). Shapes are 1-d, a chunk
+# and a half, so the edge chunk is padded with the fill value.
+#
+# c-blosc 1.21 honours a forced blocksize only below 128 elements per
+# block (above that it enlarges the block for splitting), so 1-byte types
+# get several blocks only from a big chunk: zstd at clevel 1 picks 32 KiB.
+BLOSC_DTYPES = ["|u1", "|i1", "|b1", "<u2", "<i4", "<f4", "<f8"]
+BLOSC_LAYOUTS = [
+    # suffix, chunk length, blocksize (0 = auto), cname, clevel, for which element sizes
+    ("c800", 800, 0, "lz4", 5, lambda es: True),             # one block, 800 elements (split when es > 1)
+    ("c401", 401, 0, "lz4", 5, lambda es: True),             # one block of 401 elements: copied, not transposed
+    ("c600_b128", 600, 128, "blosclz", 5, lambda es: es > 1),  # 128-byte blocks (64 u2, 16 f8) and a short last one
+    ("c601_b200", 601, 200, "lz4", 5, lambda es: es > 1),    # 200-byte blocks (100 u2, 25 f8): copied
+    ("c40000_zstd1", 40000, 0, "zstd", 1, lambda es: es == 1),  # 32 KiB blocks + 7232 bytes
+    ("c40001_zstd1", 40001, 0, "zstd", 1, lambda es: es == 1),  # 32 KiB blocks + 7233 bytes (copied)
+]
+
+
+def blosc_values(dtype, n, seed):
+    """Values that compress (so blosc really compresses) and use every bit."""
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return (np.cumsum(rng.integers(0, 9, size=n)) // 32 % 2).astype(dt)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        walk = np.cumsum(rng.integers(-1, 2, size=n))
+        walk = walk // 16 if dt.itemsize == 1 else walk + int(info.max) // 3  # every byte in use
+        span = int(info.max) - int(info.min) + 1
+        return ((walk - int(info.min)) % span + int(info.min)).astype(dt)
+    return (np.round(np.cumsum(rng.normal(size=n)) * 4) / 4 - 1000.25).astype(dt)
+
+
+def blosc_cases():
+    cases = []
+    for shuffle, sname in ((Blosc.BITSHUFFLE, "bitshuffle"), (Blosc.SHUFFLE, "shuffle")):
+        for dt in BLOSC_DTYPES:
+            for suffix, chunk, bs, cname, clevel, sizes in BLOSC_LAYOUTS:
+                # 1-byte shuffle is no shuffle: the big layouts only for bitshuffle
+                if sizes(np.dtype(dt).itemsize) and not (shuffle == Blosc.SHUFFLE and chunk > 10000):
+                    name = "v2_%s_%s_%s" % (np.dtype(dt).name, sname, suffix)
+                    cases.append((name, dt, chunk, Blosc(cname=cname, clevel=clevel, shuffle=shuffle, blocksize=bs), None))
+    # A Shuffle filter hands blosc uint8 bytes: typesize 1, bitshuffled.
+    for dt in ["<u2", "<i4", "<f4", "<f8"]:
+        for suffix, chunk, bs, cname, clevel, _ in BLOSC_LAYOUTS[:2]:
+            name = "v2_%s_shufflefilter_bitshuffle_%s" % (np.dtype(dt).name, suffix)
+            cases.append((name, dt, chunk, Blosc(cname=cname, clevel=clevel, shuffle=Blosc.BITSHUFFLE, blocksize=bs),
+                          [Shuffle(elementsize=np.dtype(dt).itemsize)]))
+    return cases
+
+
+# v3 arrays as zarr-python 3 writes them: blosc is a bytes->bytes codec with
+# an explicit typesize (the element size), and zarr-python 3 picks
+# bitshuffle for 1-byte types. Hand-made: the chunks are numcodecs' Blosc
+# applied to the element array, so the frame's typesize is the element size.
+V3_TYPES = {"|u1": "uint8", "|i1": "int8", "|b1": "bool", "<u2": "uint16", "<i4": "int32", "<f4": "float32", "<f8": "float64"}
+V3_CASES = [
+    # dtype, chunk, blocksize, cname, clevel, shuffle
+    ("|u1", 800, 0, "lz4", 5, "bitshuffle"),
+    ("|u1", 40001, 0, "zstd", 1, "bitshuffle"),
+    ("|i1", 401, 0, "blosclz", 5, "bitshuffle"),
+    ("|i1", 40000, 0, "zstd", 1, "bitshuffle"),
+    ("|b1", 401, 0, "lz4", 5, "bitshuffle"),
+    ("|b1", 800, 0, "lz4", 5, "bitshuffle"),
+    ("<u2", 600, 128, "lz4", 5, "bitshuffle"),
+    ("<f4", 800, 0, "blosclz", 5, "bitshuffle"),
+    ("<f8", 601, 200, "zstd", 5, "bitshuffle"),
+    ("<f4", 600, 128, "lz4", 5, "shuffle"),
+]
+
+
+def write_v3_blosc(path, dtype, n, chunk, bs, cname, clevel, shuffle, data):
+    dt = np.dtype(dtype)
+    os.makedirs(path)
+    codec = Blosc(cname=cname, clevel=clevel, shuffle={"bitshuffle": Blosc.BITSHUFFLE, "shuffle": Blosc.SHUFFLE}[shuffle], blocksize=bs)
+    fill = False if dt.kind == "b" else 0
+    meta = {
+        "zarr_format": 3, "node_type": "array", "shape": [n], "data_type": V3_TYPES[dtype],
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [chunk]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": fill,
+        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}} if dt.itemsize > 1 else {"name": "bytes"},
+                   {"name": "blosc", "configuration": {"cname": cname, "clevel": clevel, "shuffle": shuffle,
+                                                       "typesize": dt.itemsize, "blocksize": bs}}],
+        "attributes": {"made_by": "zarr_helper.py"},
+    }
+    with open(os.path.join(path, "zarr.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    os.makedirs(os.path.join(path, "c"))
+    for i in range(0, n, chunk):
+        c = np.full(chunk, fill, dtype=dt)
+        part = data[i:i + chunk]
+        c[:len(part)] = part
+        enc = codec.encode(c)
+        check_compressed(path, enc)
+        with open(os.path.join(path, "c", str(i // chunk)), "wb") as f:
+            f.write(enc)
+
+
+def check_compressed(what, frame):
+    """A blosc frame that was copied, not compressed, tests no shuffle."""
+    if frame[2] & 0x02:
+        raise SystemExit("%s: blosc stored the chunk uncompressed (make the values compressible)" % what)
+
+
+def blosc_head(a):
+    return [v.item() if not isinstance(v.item(), float) else repr(v.item()) for v in a[:16]]
+
+
+def makeblosc(out):
+    arrays = {}
+    for i, (name, dtype, chunk, comp, filters) in enumerate(blosc_cases()):
+        n = chunk * 3 // 2
+        data = blosc_values(dtype, n, i)
+        z = zarr.open(zarr.DirectoryStore(os.path.join(out, name + ".zarr")), mode="w", shape=(n,), chunks=(chunk,),
+                      dtype=dtype, fill_value=0, compressor=comp, filters=filters)
+        z[...] = data
+        assert np.array_equal(z[...], data), name
+        for k in sorted(os.listdir(z.store.path)):
+            if not k.startswith("."):
+                check_compressed(name + "/" + k, z.store[k])
+        arrays[name + ".zarr"] = {"dtype": np.dtype(dtype).str, "shape": [n], "blosc": comp.get_config(),
+                                  "filters": [f.get_config() for f in filters or []],
+                                  "sha256_le_c": hashlib.sha256(le_bytes(data)).hexdigest(), "head": blosc_head(data)}
+    for i, (dtype, chunk, bs, cname, clevel, shuffle) in enumerate(V3_CASES):
+        n = chunk * 3 // 2
+        name = "v3_%s_%s_%s%d_c%d_b%d" % (V3_TYPES[dtype], shuffle, cname, clevel, chunk, bs)
+        data = blosc_values(dtype, n, 100 + i)
+        write_v3_blosc(os.path.join(out, name + ".zarr"), dtype, n, chunk, bs, cname, clevel, shuffle, data)
+        arrays[name + ".zarr"] = {"dtype": np.dtype(dtype).str, "shape": [n],
+                                  "sha256_le_c": hashlib.sha256(le_bytes(data)).hexdigest(), "head": blosc_head(data)}
+    # The report's case: u1, lz4 bitshuffle, arange(4000) % 4 (soma read 170 170 170 ...).
+    name = "v2_uint8_bitshuffle_arange4000mod4"
+    data = (np.arange(4000) % 4).astype("u1")
+    z = zarr.open(zarr.DirectoryStore(os.path.join(out, name + ".zarr")), mode="w", shape=(4000,), chunks=(4000,),
+                  dtype="u1", compressor=Blosc("lz4", 5, Blosc.BITSHUFFLE))
+    z[...] = data
+    arrays[name + ".zarr"] = {"dtype": "|u1", "shape": [4000], "sha256_le_c": hashlib.sha256(data.tobytes()).hexdigest(),
+                              "head": blosc_head(data)}
+    with open(os.path.join(out, "expected.json"), "w") as f:
+        json.dump({"generator": {"script": "zarr_helper.py makeblosc", "zarr": zarr.__version__,
+                                 "numcodecs": numcodecs.__version__, "blosc": numcodecs.blosc.VERSION_STRING},
+                   "arrays": arrays}, f, indent=1, sort_keys=True)
 
 
 def describe(a, fill, attrs):
@@ -170,6 +323,8 @@ if __name__ == "__main__":
     elif cmd == "dumpv3":
         for p in sys.argv[2:]:
             dumpv3(p)
+    elif cmd == "makeblosc":
+        makeblosc(sys.argv[2])
     elif cmd == "append":
         append(sys.argv[2], int(sys.argv[3]))
     else:
