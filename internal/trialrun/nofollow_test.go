@@ -50,7 +50,7 @@ func TestLinksInsideTheRootAreNotFollowed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = Run(ctx, st, root, Options{Argv: []string{"/bin/sh", "-c", "echo out; touch made-here; echo 1"}, Trial: -1, Who: study.Who{Host: "h", PID: 7}}, nil)
+			_, err = Run(ctx, st, root, Options{Argv: []string{"/bin/sh", "-c", "echo out; touch made-here; echo 1"}, Trial: -1, Who: study.Who{Host: "h", PID: 7}, Guard: self}, nil)
 			if !errors.Is(err, fsstore.ErrForeign) {
 				t.Errorf("Run = %v, want fsstore.ErrForeign", err)
 			}
