@@ -140,3 +140,58 @@ func TestPercentileViewDecidesTheSame(t *testing.T) {
 		t.Errorf("prune decisions %v: the cases test too little", decided)
 	}
 }
+
+// Regression (issue 13, coalesced reports): Finish wrote the values Add
+// took since the last Flush into the curve blob but not into the record,
+// so a trial that reported 19 epochs was recorded with the last step of
+// its last Flush (examples/digits: "done with last step 1, want 19").
+func TestFinishRecordsValuesAddedAfterFlush(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := recStore(t)
+	s := recOpen(t, st, "s", recSpec(t, recContinuous, "minimize", "random", "none", 2), 0)
+	for _, state := range []State{StateDone, StatePruned} {
+		run, err := s.Next(ctx, recWho)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := run.Add(0, 3); err != nil {
+			t.Fatal(err)
+		}
+		if err := run.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i := int64(1); i < 5; i++ {
+			if err := run.Add(i, 3-float64(i)/2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		score := 0.25
+		if state == StatePruned {
+			score = math.NaN() // a pruned trial's score is its last value
+		}
+		if err := run.Finish(ctx, state, score, ""); err != nil {
+			t.Fatal(err)
+		}
+		// Trials reads the records alone (no curve blob): the record
+		// itself must say where the curve ended.
+		rs, err := recOpen(t, st, "s", nil, 0).Trials(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, _ := rs.Trial(run.Number()); r.LastStep != 4 || r.Value != 1 {
+			t.Errorf("%s trial's record says last step %d value %v, want step 4, value 1", state, r.LastStep, r.Value)
+		}
+		snap, err := recOpen(t, st, "s", nil, 0).Curves(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _ := snap.Trial(run.Number())
+		if r.LastStep != 4 || r.Value != 1 || len(r.Curve) != 5 {
+			t.Errorf("%s trial recorded last step %d value %v with %d curve entries, want step 4, value 1, 5 entries", state, r.LastStep, r.Value, len(r.Curve))
+		}
+		if state == StatePruned && r.Score != 1 {
+			t.Errorf("pruned trial's score %v, want its last value 1", r.Score)
+		}
+	}
+}

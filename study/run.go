@@ -282,6 +282,15 @@ func (r *Run) Finish(ctx context.Context, state State, score float64, reason str
 		return err
 	}
 	f := r.f
+	if r.pending && len(r.curve) > 0 {
+		// Values Add took since the last Flush end the curve: the record's
+		// last step and value are theirs. (Bug: with reports coalesced, a
+		// trial that reported 19 epochs was recorded done with the last
+		// step of its last flush, 1, and a pruned one fell back to that
+		// step's value as its score.)
+		last := r.curve[len(r.curve)-1]
+		f.step, f.value, f.hasValue = last.Step, last.Value, true
+	}
 	f.state = state
 	f.hasScore, f.score = false, 0
 	switch state {
