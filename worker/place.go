@@ -133,6 +133,7 @@ type NoMatchError struct {
 type Nearest struct {
 	Worker  WorkerID
 	Lacking []string
+	gpus    int
 }
 
 func (e *NoMatchError) Error() string {
@@ -405,7 +406,7 @@ func candidates(infos []WorkerInfo, req Requirement) ([]WorkerInfo, *NoMatchErro
 		}
 		alive++
 		if lack := shortfalls(req, w.Record); len(lack) > 0 {
-			near = append(near, Nearest{Worker: w.Record.ID, Lacking: lack})
+			near = append(near, Nearest{Worker: w.Record.ID, Lacking: lack, gpus: len(w.Record.Capabilities.GPUs)})
 			continue
 		}
 		fits++
@@ -414,7 +415,14 @@ func candidates(infos []WorkerInfo, req Requirement) ([]WorkerInfo, *NoMatchErro
 		}
 	}
 	if fits == 0 {
-		slices.SortStableFunc(near, func(a, b Nearest) int { return len(a.Lacking) - len(b.Lacking) })
+		// Fewest shortfalls first; among equals, the one with more GPUs
+		// (a GPU plan's nearest miss is the biggest GPU node).
+		slices.SortStableFunc(near, func(a, b Nearest) int {
+			if d := len(a.Lacking) - len(b.Lacking); d != 0 {
+				return d
+			}
+			return b.gpus - a.gpus
+		})
 		if len(near) > 3 {
 			near = near[:3]
 		}
