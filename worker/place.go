@@ -302,13 +302,9 @@ func Place(ctx context.Context, store *fsstore.Store, req Requirement, opts Plac
 		holder = "unknown"
 	}
 	for {
-		p, err := placeOnce(ctx, store, req, timeout, holder, rnd)
+		w, l, err := placeLease(ctx, store, req, timeout, holder, rnd)
 		if err == nil {
-			p.log = opts.Logger
-			if p.log == nil {
-				p.log = slog.New(slog.DiscardHandler)
-			}
-			return p, nil
+			return startPlacement(store, w, l, timeout, opts.Logger)
 		}
 		if !errors.Is(err, ErrNoFreeSlot) || !opts.Wait {
 			return nil, err
@@ -323,21 +319,22 @@ func Place(ctx context.Context, store *fsstore.Store, req Requirement, opts Plac
 	}
 }
 
-// placeOnce reads the folder up to a few times and tries the free slots
-// it sees.
-func placeOnce(ctx context.Context, store *fsstore.Store, req Requirement, timeout time.Duration, holder string, rnd *rand.Rand) (*Placement, error) {
+// placeLease reads the folder up to a few times and tries the free slots
+// it sees; it returns the worker and the lease it claimed, with no
+// heartbeat running.
+func placeLease(ctx context.Context, store *fsstore.Store, req Requirement, timeout time.Duration, holder string, rnd *rand.Rand) (WorkerRecord, Lease, error) {
 	const rounds = 3
 	for range rounds {
 		infos, _, err := ListWorkers(ctx, store, ListOptions{Timeout: timeout})
 		if err != nil {
-			return nil, err
+			return WorkerRecord{}, Lease{}, err
 		}
 		cands, nm := candidates(infos, req)
 		if nm != nil {
-			return nil, nm
+			return WorkerRecord{}, Lease{}, nm
 		}
 		if len(cands) == 0 {
-			return nil, fmt.Errorf("%w: needs %s", ErrNoFreeSlot, req)
+			return WorkerRecord{}, Lease{}, fmt.Errorf("%w: needs %s", ErrNoFreeSlot, req)
 		}
 		// Shuffle, then a stable sort by load: equal loads stay in random
 		// order.
@@ -362,21 +359,24 @@ func placeOnce(ctx context.Context, store *fsstore.Store, req Requirement, timeo
 				}
 				l, won, err := claimLease(ctx, store, w.Record.ID, slot, stale, holder, req, timeout)
 				if err != nil {
-					return nil, err
+					return WorkerRecord{}, Lease{}, err
 				}
 				if !won {
 					continue
 				}
-				return startPlacement(store, w.Record, l, timeout)
+				return w.Record, l, nil
 			}
 		}
 	}
-	return nil, fmt.Errorf("%w: needs %s (every free slot seen was taken by another placer first)", ErrNoFreeSlot, req)
+	return WorkerRecord{}, Lease{}, fmt.Errorf("%w: needs %s (every free slot seen was taken by another placer first)", ErrNoFreeSlot, req)
 }
 
 // startPlacement touches the new lease (learning the server time its
 // heartbeat counts from) and starts its heartbeat goroutine.
-func startPlacement(store *fsstore.Store, w WorkerRecord, l Lease, timeout time.Duration) (*Placement, error) {
+func startPlacement(store *fsstore.Store, w WorkerRecord, l Lease, timeout time.Duration, log *slog.Logger) (*Placement, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	first, err := store.Touch(context.Background(), l.Name())
 	if err != nil {
 		_ = ReleaseLease(context.Background(), store, l, timeout)
@@ -386,7 +386,7 @@ func startPlacement(store *fsstore.Store, w WorkerRecord, l Lease, timeout time.
 	p := &Placement{
 		Worker: w, Lease: l, store: store, timeout: timeout,
 		stop: cancel, done: make(chan struct{}), lost: make(chan struct{}),
-		log: slog.New(slog.DiscardHandler),
+		log: log,
 	}
 	go p.heartbeat(ctx, first)
 	return p, nil

@@ -114,13 +114,9 @@ func (id WorkerID) String() string { return id.s }
 // IsZero reports whether id is the zero value.
 func (id WorkerID) IsZero() bool { return id.s == "" }
 
-// MarshalText implements encoding.TextMarshaler; the zero id is an error.
-func (id WorkerID) MarshalText() ([]byte, error) {
-	if id.s == "" {
-		return nil, errors.New("worker: zero worker id")
-	}
-	return []byte(id.s), nil
-}
+// MarshalText implements encoding.TextMarshaler. The zero id marshals as
+// "", which UnmarshalText refuses.
+func (id WorkerID) MarshalText() ([]byte, error) { return []byte(id.s), nil }
 
 // UnmarshalText implements encoding.TextUnmarshaler, validating.
 func (id *WorkerID) UnmarshalText(b []byte) error {
@@ -541,17 +537,24 @@ type ListOptions struct {
 // It costs one Now, one scan of workers/ (one open per worker, no blob)
 // and one scan of leases/.
 func ListWorkers(ctx context.Context, store *fsstore.Store, opts ListOptions) ([]WorkerInfo, []Problem, error) {
+	infos, probs, _, err := listWorkers(ctx, store, opts)
+	return infos, probs, err
+}
+
+// listWorkers is ListWorkers, also returning the server's now it judged
+// ages against.
+func listWorkers(ctx context.Context, store *fsstore.Store, opts ListOptions) ([]WorkerInfo, []Problem, time.Time, error) {
 	timeout := opts.Timeout
 	if timeout <= 0 {
 		timeout = DefaultHeartbeatTimeout
 	}
 	now, err := store.Now(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("worker: list workers: %w", err)
+		return nil, nil, time.Time{}, fmt.Errorf("worker: list workers: %w", err)
 	}
 	bound, corrupt, err := store.Scan(ctx, workersPrefix)
 	if err != nil {
-		return nil, nil, fmt.Errorf("worker: list workers: %w", err)
+		return nil, nil, time.Time{}, fmt.Errorf("worker: list workers: %w", err)
 	}
 	var problems []Problem
 	for _, c := range corrupt {
@@ -571,7 +574,7 @@ func ListWorkers(ctx context.Context, store *fsstore.Store, opts ListOptions) ([
 	}
 	leases, lcorrupt, err := store.Scan(ctx, leasesPrefix)
 	if err != nil {
-		return nil, nil, fmt.Errorf("worker: list workers: %w", err)
+		return nil, nil, time.Time{}, fmt.Errorf("worker: list workers: %w", err)
 	}
 	held := make(map[WorkerID]map[int]fsstore.Bound)
 	for _, c := range lcorrupt {
@@ -614,7 +617,7 @@ func ListWorkers(ctx context.Context, store *fsstore.Store, opts ListOptions) ([
 		}
 	}
 	slices.SortFunc(infos, func(a, b WorkerInfo) int { return strings.Compare(a.Record.ID.s, b.Record.ID.s) })
-	return infos, problems, nil
+	return infos, problems, now, nil
 }
 
 // metaInt reads a non-negative count from a lease's meta; anything else
@@ -625,4 +628,111 @@ func metaInt(m fsstore.Meta, k string) int {
 		return 0
 	}
 	return n
+}
+
+// WorkerView is one worker as `soma workers --json` and the coordinator's
+// GET /workers show it. Within a WorkerRecordVersion fields are only
+// added.
+type WorkerView struct {
+	ID            WorkerID  `json:"id"`
+	Address       string    `json:"address"`
+	Alive         bool      `json:"alive"`
+	LastHeartbeat time.Time `json:"last_heartbeat"` // the file server's time
+	AgeSeconds    float64   `json:"age_s"`          // server now minus last_heartbeat
+	Slots         int       `json:"slots"`
+	Leases        int       `json:"leases"` // slots held by live leases
+	Load          float64   `json:"load"`   // leases / slots
+	GPUsUsed      int       `json:"gpus_used"`
+	Tags          []string  `json:"tags"`
+	CPUs          int       `json:"cpus"`
+	MemoryBytes   uint64    `json:"memory_bytes"`
+	GPUs          []GPUInfo `json:"gpus"`
+	ActivePlans   []string  `json:"active_plans"`
+	SomaVersion   string    `json:"soma_version"`
+	Host          string    `json:"host"`
+	PID           int       `json:"pid"`
+	SlurmJob      string    `json:"slurm_job,omitempty"`
+	SlurmNode     string    `json:"slurm_node,omitempty"`
+}
+
+// View returns w as WorkerView.
+func (w WorkerInfo) View() WorkerView {
+	r := w.Record
+	v := WorkerView{
+		ID: r.ID, Address: r.Address, Alive: w.Alive, LastHeartbeat: w.LastHeartbeat.UTC(),
+		AgeSeconds: w.Age.Seconds(), Slots: r.Slots, Leases: w.Leases, Load: w.LoadFraction(),
+		GPUsUsed: w.Used.GPUs, Tags: r.Tags, CPUs: r.Capabilities.CPUs,
+		MemoryBytes: r.Capabilities.MemoryBytes, GPUs: r.Capabilities.GPUs,
+		ActivePlans: r.ActivePlans, SomaVersion: r.SomaVersion, Host: r.Host, PID: r.PID,
+		SlurmJob: r.SlurmJob, SlurmNode: r.SlurmNode,
+	}
+	if v.Tags == nil {
+		v.Tags = []string{}
+	}
+	if v.GPUs == nil {
+		v.GPUs = []GPUInfo{}
+	}
+	if v.ActivePlans == nil {
+		v.ActivePlans = []string{}
+	}
+	return v
+}
+
+// WorkersReport is the registry as read at one moment: what `soma workers
+// --json` prints and the coordinator's GET /workers answers.
+type WorkersReport struct {
+	ServerTime     time.Time    `json:"server_time"` // the file server's now when read
+	TimeoutSeconds float64      `json:"timeout_s"`   // heartbeat timeout used for alive
+	Workers        []WorkerView `json:"workers"`
+	Problems       []Problem    `json:"problems"`
+}
+
+// Summary counts the registry: GET /summary.
+type Summary struct {
+	Workers  int `json:"workers"`
+	Alive    int `json:"alive"`
+	Dead     int `json:"dead"`
+	Slots    int `json:"slots"`  // of live workers
+	Leases   int `json:"leases"` // held on live workers
+	GPUs     int `json:"gpus"`   // of live workers
+	GPUsUsed int `json:"gpus_used"`
+	Problems int `json:"problems"`
+}
+
+// ReadWorkers reads the registry for people and tools: ListWorkers, as
+// views, with the server time it was judged against.
+func ReadWorkers(ctx context.Context, store *fsstore.Store, opts ListOptions) (WorkersReport, error) {
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = DefaultHeartbeatTimeout
+	}
+	infos, probs, now, err := listWorkers(ctx, store, ListOptions{Timeout: timeout})
+	if err != nil {
+		return WorkersReport{}, err
+	}
+	rep := WorkersReport{ServerTime: now.UTC(), TimeoutSeconds: timeout.Seconds(), Workers: []WorkerView{}, Problems: probs}
+	if rep.Problems == nil {
+		rep.Problems = []Problem{}
+	}
+	for _, w := range infos {
+		rep.Workers = append(rep.Workers, w.View())
+	}
+	return rep, nil
+}
+
+// Summary counts r.
+func (r WorkersReport) Summary() Summary {
+	s := Summary{Workers: len(r.Workers), Problems: len(r.Problems)}
+	for _, w := range r.Workers {
+		if !w.Alive {
+			s.Dead++
+			continue
+		}
+		s.Alive++
+		s.Slots += w.Slots
+		s.Leases += w.Leases
+		s.GPUs += len(w.GPUs)
+		s.GPUsUsed += w.GPUsUsed
+	}
+	return s
 }
