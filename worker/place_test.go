@@ -232,6 +232,54 @@ func TestStaleLeaseReclaimed(t *testing.T) {
 	}
 }
 
+// TestHolderLearnsItLostTheLease: a holder that was paused for longer
+// than the timeout (its lease reclaimed meanwhile) finds out from the gap
+// between its own heartbeats, closes Lost, and stops touching.
+func TestHolderLearnsItLostTheLease(t *testing.T) {
+	ctx := context.Background()
+	s := newRegStore(t)
+	const timeout = 300 * time.Millisecond
+	w := announce(t, s, testRecord("w", 1, 0, 0), time.Hour)
+	old, err := Place(ctx, s, Requirement{}, PlaceOptions{Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Resolve(ctx, old.Lease.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := b.Time // the holder's last heartbeat before the pause
+	old.stop()
+	<-old.done
+	time.Sleep(timeout + 50*time.Millisecond)
+	if _, err := w.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Place(ctx, s, Requirement{}, PlaceOptions{Timeout: timeout})
+	if err != nil {
+		t.Fatalf("reclaim: %v", err)
+	}
+	defer p.Release(ctx)
+	// The old holder wakes up and resumes heartbeating.
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	old.done = make(chan struct{})
+	go old.heartbeat(hctx, last)
+	select {
+	case <-old.Lost():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the paused holder never noticed it lost its lease")
+	}
+	<-old.done
+	if !errors.Is(old.Err(), ErrLeaseLost) {
+		t.Errorf("Err = %v, want ErrLeaseLost", old.Err())
+	}
+	got, err := s.Resolve(ctx, p.Lease.Name())
+	if err != nil || got.Meta.Value(leaseMetaNonce) != p.Lease.Nonce {
+		t.Errorf("the new lease: %v, %v", got.Meta, err)
+	}
+}
+
 // TestConcurrentReclaim: 8 placers see the same stale lease at once and
 // all try to take it over; exactly one gets the slot. (Unbind-then-claim
 // would let several win: each unbinds the previous winner's lease.)

@@ -175,6 +175,8 @@ func ageText(s float64) string {
 	switch {
 	case d < 0:
 		return "0s"
+	case d < 10*time.Second:
+		return d.Round(100 * time.Millisecond).String()
 	case d < time.Minute:
 		return d.Round(time.Second).String()
 	case d < 48*time.Hour:
