@@ -1,12 +1,15 @@
 package worker
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -292,5 +295,88 @@ func TestListWorkersProblems(t *testing.T) {
 		if err := p.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestWorkerChild is the worker process of TestKilledWorkerLeavesPlacement
+// when SOMA_REGISTRY_CHILD is set: it announces itself, says "ready" and
+// heartbeats until it is killed.
+func TestWorkerChild(t *testing.T) {
+	if os.Getenv("SOMA_REGISTRY_CHILD") == "" {
+		t.Skip("the child of TestKilledWorkerLeavesPlacement")
+	}
+	s, err := fsstore.Open(os.Getenv("ROOT"), fsstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeout, _ := time.ParseDuration(os.Getenv("TIMEOUT"))
+	g, err := Announce(context.Background(), s, testRecord("child", 2, 0, 0, "child"), RegistryOptions{Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Stdout.WriteString("ready\n")
+	_ = g.Run(context.Background()) // until SIGKILL
+}
+
+// TestKilledWorkerLeavesPlacement: a worker process heartbeating through
+// Run stays placeable for longer than the timeout; killed with SIGKILL (no
+// Close), it is judged dead and no longer placed on once its last
+// heartbeat is older than the timeout.
+func TestKilledWorkerLeavesPlacement(t *testing.T) {
+	ctx := context.Background()
+	s := newRegStore(t)
+	const timeout = 1200 * time.Millisecond
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command(exe, "-test.run=^TestWorkerChild$", "-test.count=1")
+	c.Env = append(os.Environ(), "SOMA_REGISTRY_CHILD=1", "ROOT="+s.Root(), "TIMEOUT="+timeout.String())
+	c.Stderr = os.Stderr
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Process.Kill()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("child said %q, %v", line, err)
+	}
+	req := Requirement{Tags: []string{"child"}}
+	// Alive across several timeouts: its heartbeats land.
+	for range 3 {
+		time.Sleep(timeout / 2)
+		p, err := Place(ctx, s, req, PlaceOptions{Timeout: timeout})
+		if err != nil {
+			t.Fatalf("Place on the live worker: %v", err)
+		}
+		_ = p.Release(ctx)
+	}
+	if err := c.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Wait()
+	// Its record stays (nobody closed it) but goes dead within the
+	// timeout plus one heartbeat interval.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ws, _, err := ListWorkers(ctx, s, ListOptions{Timeout: timeout})
+		if err != nil || len(ws) != 1 {
+			t.Fatalf("ListWorkers = %v, %v; want the killed worker listed", ws, err)
+		}
+		if !ws[0].Alive {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the killed worker is still alive after 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var nm *NoMatchError
+	if _, err := Place(ctx, s, req, PlaceOptions{Timeout: timeout}); !errors.As(err, &nm) {
+		t.Errorf("Place after the kill = %v, want a NoMatchError", err)
 	}
 }
