@@ -153,6 +153,13 @@ func (e *NoMatchError) Error() string {
 	return b.String()
 }
 
+// ErrNoMatch is what a *NoMatchError is (errors.Is), and what a
+// coordinator's 422 answer becomes in CoordinatorClient.
+var ErrNoMatch = errors.New("worker: no live worker meets the requirement")
+
+// Is makes errors.Is(err, ErrNoMatch) true.
+func (e *NoMatchError) Is(target error) bool { return target == ErrNoMatch }
+
 // ErrNoFreeSlot is returned by Place (unless PlaceOptions.Wait) when live
 // workers meet the requirement but all their slots are held.
 var ErrNoFreeSlot = errors.New("worker: every worker that meets the requirement is busy")
@@ -186,12 +193,17 @@ type Placement struct {
 	Worker WorkerRecord
 	Lease  Lease
 
-	store   *fsstore.Store
 	timeout time.Duration
 	log     *slog.Logger
-	stop    context.CancelFunc
-	done    chan struct{}
-	lost    chan struct{}
+	// beat renews the lease and returns the file server's time of the
+	// renewal (an error wrapping ErrLeaseLost if it is gone); end ends
+	// it. Through the folder they are Touch and ReleaseLease; through a
+	// coordinator, POST /renew and POST /complete.
+	beat func(ctx context.Context) (time.Time, error)
+	end  func(ctx context.Context) error
+	stop context.CancelFunc
+	done chan struct{}
+	lost chan struct{}
 
 	mu       sync.Mutex
 	lostErr  error
@@ -224,7 +236,7 @@ func (p *Placement) Release(ctx context.Context) error {
 	p.mu.Unlock()
 	p.stop()
 	<-p.done
-	return ReleaseLease(ctx, p.store, p.Lease, p.timeout)
+	return p.end(ctx)
 }
 
 // heartbeat touches the lease until ctx ends. A gap of more than the
@@ -240,13 +252,13 @@ func (p *Placement) heartbeat(ctx context.Context, last time.Time) {
 			return
 		case <-t.C:
 		}
-		now, err := p.store.Touch(ctx, p.Lease.Name())
+		now, err := p.beat(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		switch {
-		case errors.Is(err, fsstore.ErrNotFound):
-			p.markLost(fmt.Errorf("worker: lease %s: %w (unbound by someone else)", p.Lease.Name(), ErrLeaseLost))
+		case errors.Is(err, ErrLeaseLost):
+			p.markLost(err)
 			return
 		case err != nil:
 			p.log.Warn("lease heartbeat failed; trying again", "lease", p.Lease.Name(), "err", err)
@@ -374,22 +386,36 @@ func placeLease(ctx context.Context, store *fsstore.Store, req Requirement, time
 // startPlacement touches the new lease (learning the server time its
 // heartbeat counts from) and starts its heartbeat goroutine.
 func startPlacement(store *fsstore.Store, w WorkerRecord, l Lease, timeout time.Duration, log *slog.Logger) (*Placement, error) {
+	beat := func(ctx context.Context) (time.Time, error) {
+		t, err := store.Touch(ctx, l.Name())
+		if errors.Is(err, fsstore.ErrNotFound) {
+			return t, fmt.Errorf("worker: lease %s: %w (unbound by someone else)", l.Name(), ErrLeaseLost)
+		}
+		return t, err
+	}
+	end := func(ctx context.Context) error { return ReleaseLease(ctx, store, l, timeout) }
+	first, err := beat(context.Background())
+	if err != nil {
+		_ = end(context.Background())
+		return nil, fmt.Errorf("worker: lease %s: %w", l.Name(), err)
+	}
+	return newPlacement(w, l, timeout, first, beat, end, log), nil
+}
+
+// newPlacement starts the heartbeat goroutine of a lease renewed last at
+// first (server time).
+func newPlacement(w WorkerRecord, l Lease, timeout time.Duration, first time.Time, beat func(context.Context) (time.Time, error), end func(context.Context) error, log *slog.Logger) *Placement {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	first, err := store.Touch(context.Background(), l.Name())
-	if err != nil {
-		_ = ReleaseLease(context.Background(), store, l, timeout)
-		return nil, fmt.Errorf("worker: lease %s: %w", l.Name(), err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Placement{
-		Worker: w, Lease: l, store: store, timeout: timeout,
+		Worker: w, Lease: l, timeout: timeout, beat: beat, end: end,
 		stop: cancel, done: make(chan struct{}), lost: make(chan struct{}),
 		log: log,
 	}
 	go p.heartbeat(ctx, first)
-	return p, nil
+	return p
 }
 
 // candidates returns the live workers that meet req and have a free slot
