@@ -44,7 +44,7 @@ type CoordinatorOptions struct {
 //
 //	GET  /health    {"status":"ok","server_time":...} once the folder answers
 //	GET  /workers   WorkersReport: every worker, alive or not, and the problems
-//	GET  /summary   Summary: counts
+//	GET  /summary   RegistrySummary: counts
 //	POST /submit    {"requirement":{...},"holder":"..."} -> SubmitReply
 //	POST /renew     {"lease":{...}} -> {"renewed_at":...}; 409 if the lease is lost
 //	POST /complete  {"lease":{...}} -> {"released":true}

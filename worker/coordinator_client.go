@@ -88,8 +88,8 @@ func (c *CoordinatorClient) Workers(ctx context.Context) (WorkersReport, error) 
 }
 
 // Summary returns the coordinator's GET /summary.
-func (c *CoordinatorClient) Summary(ctx context.Context) (Summary, error) {
-	var s Summary
+func (c *CoordinatorClient) Summary(ctx context.Context) (RegistrySummary, error) {
+	var s RegistrySummary
 	err := c.do(ctx, "GET", "/summary", nil, &s)
 	return s, err
 }

@@ -126,9 +126,9 @@ func TestCoordinatorSubmitRenewComplete(t *testing.T) {
 	if code := call(t, srv, "POST", "/submit", "", SubmitRequest{Requirement: Requirement{GPUs: 4}}, nil); code != http.StatusUnprocessableEntity {
 		t.Errorf("submit nobody meets = %d, want 422", code)
 	}
-	var sum Summary
+	var sum RegistrySummary
 	call(t, srv, "GET", "/summary", "", nil, &sum)
-	if sum != (Summary{Workers: 2, Alive: 2, Slots: 2, Leases: 1, GPUs: 2, GPUsUsed: 2}) {
+	if sum != (RegistrySummary{Workers: 2, Alive: 2, Slots: 2, Leases: 1, GPUs: 2, GPUsUsed: 2}) {
 		t.Errorf("summary = %+v", sum)
 	}
 	if code := call(t, srv, "POST", "/renew", "", LeaseRequest{Lease: rep.Lease}, nil); code != http.StatusOK {
@@ -179,7 +179,7 @@ func TestCoordinatorRestart(t *testing.T) {
 		t.Fatalf("submit = %d", code)
 	}
 	var before WorkersReport
-	var sumBefore Summary
+	var sumBefore RegistrySummary
 	call(t, first, "GET", "/workers", testToken, nil, &before)
 	call(t, first, "GET", "/summary", testToken, nil, &sumBefore)
 	first.Close()
@@ -187,7 +187,7 @@ func TestCoordinatorRestart(t *testing.T) {
 	second := httptest.NewServer(NewCoordinator(s, CoordinatorOptions{Token: testToken}))
 	defer second.Close()
 	var after WorkersReport
-	var sumAfter Summary
+	var sumAfter RegistrySummary
 	call(t, second, "GET", "/workers", testToken, nil, &after)
 	call(t, second, "GET", "/summary", testToken, nil, &sumAfter)
 	if sumAfter != sumBefore {

@@ -112,7 +112,7 @@ func shortfalls(r Requirement, w WorkerRecord) []string {
 	return out
 }
 
-func maxGPUMemory(gs []GPUInfo) uint64 {
+func maxGPUMemory(gs []RecordGPU) uint64 {
 	var m uint64
 	for _, g := range gs {
 		m = max(m, g.MemoryBytes)

@@ -128,27 +128,27 @@ func (id *WorkerID) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// Capabilities is what a worker offers, as its record carries it: the
+// RecordCapabilities is what a worker offers, as its record carries it: the
 // JSON form of Resources.
-type Capabilities struct {
-	CPUs        int       `json:"cpus"`
-	MemoryBytes uint64    `json:"memory_bytes"`
-	GPUs        []GPUInfo `json:"gpus"`
+type RecordCapabilities struct {
+	CPUs        int         `json:"cpus"`
+	MemoryBytes uint64      `json:"memory_bytes"`
+	GPUs        []RecordGPU `json:"gpus"`
 }
 
-// GPUInfo is one GPU in a worker record.
-type GPUInfo struct {
+// RecordGPU is one GPU in a worker record.
+type RecordGPU struct {
 	Index       int    `json:"index"`
 	UUID        string `json:"uuid"`
 	Name        string `json:"name"`
 	MemoryBytes uint64 `json:"memory_bytes"` // total
 }
 
-// CapabilitiesOf returns r as a record carries it.
-func CapabilitiesOf(r Resources) Capabilities {
-	c := Capabilities{CPUs: r.CPUs, MemoryBytes: r.MemoryBytes, GPUs: []GPUInfo{}}
+// RecordCapabilitiesOf returns r as a record carries it.
+func RecordCapabilitiesOf(r Resources) RecordCapabilities {
+	c := RecordCapabilities{CPUs: r.CPUs, MemoryBytes: r.MemoryBytes, GPUs: []RecordGPU{}}
 	for _, g := range r.GPUs {
-		c.GPUs = append(c.GPUs, GPUInfo{Index: g.Index, UUID: g.UUID, Name: g.Name, MemoryBytes: g.MemoryTotal})
+		c.GPUs = append(c.GPUs, RecordGPU{Index: g.Index, UUID: g.UUID, Name: g.Name, MemoryBytes: g.MemoryTotal})
 	}
 	return c
 }
@@ -157,11 +157,11 @@ func CapabilitiesOf(r Resources) Capabilities {
 // Within a WorkerRecordVersion fields are only added; a reader ignores fields it
 // does not know (a newer minor addition), and refuses a newer Version.
 type WorkerRecord struct {
-	Version      int          `json:"version"`
-	ID           WorkerID     `json:"id"`
-	Address      string       `json:"address"` // base URL plans are sent to: "http://node12:7070"
-	Capabilities Capabilities `json:"capabilities"`
-	Tags         []string     `json:"tags"`
+	Version      int                `json:"version"`
+	ID           WorkerID           `json:"id"`
+	Address      string             `json:"address"` // base URL plans are sent to: "http://node12:7070"
+	Capabilities RecordCapabilities `json:"capabilities"`
+	Tags         []string           `json:"tags"`
 	// Slots is how many plans the worker runs at once: the number of
 	// leases placement hands out for it (leases/<id>/0 .. Slots-1).
 	Slots int `json:"slots"`
@@ -214,7 +214,7 @@ func (r WorkerRecord) encode() ([]byte, error) {
 		r.ActivePlans = []string{}
 	}
 	if r.Capabilities.GPUs == nil {
-		r.Capabilities.GPUs = []GPUInfo{}
+		r.Capabilities.GPUs = []RecordGPU{}
 	}
 	return json.Marshal(r)
 }
@@ -634,25 +634,25 @@ func metaInt(m fsstore.Meta, k string) int {
 // GET /workers show it. Within a WorkerRecordVersion fields are only
 // added.
 type WorkerView struct {
-	ID            WorkerID  `json:"id"`
-	Address       string    `json:"address"`
-	Alive         bool      `json:"alive"`
-	LastHeartbeat time.Time `json:"last_heartbeat"` // the file server's time
-	AgeSeconds    float64   `json:"age_s"`          // server now minus last_heartbeat
-	Slots         int       `json:"slots"`
-	Leases        int       `json:"leases"` // slots held by live leases
-	Load          float64   `json:"load"`   // leases / slots
-	GPUsUsed      int       `json:"gpus_used"`
-	Tags          []string  `json:"tags"`
-	CPUs          int       `json:"cpus"`
-	MemoryBytes   uint64    `json:"memory_bytes"`
-	GPUs          []GPUInfo `json:"gpus"`
-	ActivePlans   []string  `json:"active_plans"`
-	SomaVersion   string    `json:"soma_version"`
-	Host          string    `json:"host"`
-	PID           int       `json:"pid"`
-	SlurmJob      string    `json:"slurm_job,omitempty"`
-	SlurmNode     string    `json:"slurm_node,omitempty"`
+	ID            WorkerID    `json:"id"`
+	Address       string      `json:"address"`
+	Alive         bool        `json:"alive"`
+	LastHeartbeat time.Time   `json:"last_heartbeat"` // the file server's time
+	AgeSeconds    float64     `json:"age_s"`          // server now minus last_heartbeat
+	Slots         int         `json:"slots"`
+	Leases        int         `json:"leases"` // slots held by live leases
+	Load          float64     `json:"load"`   // leases / slots
+	GPUsUsed      int         `json:"gpus_used"`
+	Tags          []string    `json:"tags"`
+	CPUs          int         `json:"cpus"`
+	MemoryBytes   uint64      `json:"memory_bytes"`
+	GPUs          []RecordGPU `json:"gpus"`
+	ActivePlans   []string    `json:"active_plans"`
+	SomaVersion   string      `json:"soma_version"`
+	Host          string      `json:"host"`
+	PID           int         `json:"pid"`
+	SlurmJob      string      `json:"slurm_job,omitempty"`
+	SlurmNode     string      `json:"slurm_node,omitempty"`
 }
 
 // View returns w as WorkerView.
@@ -670,7 +670,7 @@ func (w WorkerInfo) View() WorkerView {
 		v.Tags = []string{}
 	}
 	if v.GPUs == nil {
-		v.GPUs = []GPUInfo{}
+		v.GPUs = []RecordGPU{}
 	}
 	if v.ActivePlans == nil {
 		v.ActivePlans = []string{}
@@ -687,8 +687,8 @@ type WorkersReport struct {
 	Problems       []Problem    `json:"problems"`
 }
 
-// Summary counts the registry: GET /summary.
-type Summary struct {
+// RegistrySummary counts the registry: GET /summary.
+type RegistrySummary struct {
 	Workers  int `json:"workers"`
 	Alive    int `json:"alive"`
 	Dead     int `json:"dead"`
@@ -721,8 +721,8 @@ func ReadWorkers(ctx context.Context, store *fsstore.Store, opts ListOptions) (W
 }
 
 // Summary counts r.
-func (r WorkersReport) Summary() Summary {
-	s := Summary{Workers: len(r.Workers), Problems: len(r.Problems)}
+func (r WorkersReport) Summary() RegistrySummary {
+	s := RegistrySummary{Workers: len(r.Workers), Problems: len(r.Problems)}
 	for _, w := range r.Workers {
 		if !w.Alive {
 			s.Dead++

@@ -34,7 +34,7 @@ func testRecord(id string, slots, gpus int, mem uint64, tags ...string) WorkerRe
 		Address: "http://127.0.0.1:1/" + id,
 		Slots:   slots,
 		Tags:    tags,
-		Capabilities: Capabilities{
+		Capabilities: RecordCapabilities{
 			CPUs: 8, MemoryBytes: 64 * gib,
 		},
 		SomaVersion: "test",
@@ -42,7 +42,7 @@ func testRecord(id string, slots, gpus int, mem uint64, tags ...string) WorkerRe
 		PID:         os.Getpid(),
 	}
 	for i := range gpus {
-		r.Capabilities.GPUs = append(r.Capabilities.GPUs, GPUInfo{Index: i, UUID: "GPU-" + id + "-" + string(rune('0'+i)), Name: "Fake", MemoryBytes: mem})
+		r.Capabilities.GPUs = append(r.Capabilities.GPUs, RecordGPU{Index: i, UUID: "GPU-" + id + "-" + string(rune('0'+i)), Name: "Fake", MemoryBytes: mem})
 	}
 	return r
 }

@@ -45,7 +45,7 @@ func newRoot(t *testing.T) string {
 		t.Fatal(err)
 	}
 	id, _ := worker.ParseWorkerID("w1")
-	rec := worker.WorkerRecord{ID: id, Address: "http://127.0.0.1:9/", Slots: 2, Capabilities: worker.Capabilities{CPUs: 4}}
+	rec := worker.WorkerRecord{ID: id, Address: "http://127.0.0.1:9/", Slots: 2, Capabilities: worker.RecordCapabilities{CPUs: 4}}
 	if _, err := worker.Announce(context.Background(), s, rec, worker.RegistryOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -30,9 +30,9 @@ func workersRoot(t *testing.T, timeout time.Duration) (root string, live []*work
 			t.Fatal(err)
 		}
 		r := worker.WorkerRecord{ID: wid, Address: "http://" + id + ":7070", Slots: 2, Tags: tags,
-			Capabilities: worker.Capabilities{CPUs: 16, MemoryBytes: 64 << 30}, SlurmJob: "4242", SlurmNode: id}
+			Capabilities: worker.RecordCapabilities{CPUs: 16, MemoryBytes: 64 << 30}, SlurmJob: "4242", SlurmNode: id}
 		for i := range gpus {
-			r.Capabilities.GPUs = append(r.Capabilities.GPUs, worker.GPUInfo{Index: i, UUID: "GPU-" + id, Name: "A100", MemoryBytes: 80 << 30})
+			r.Capabilities.GPUs = append(r.Capabilities.GPUs, worker.RecordGPU{Index: i, UUID: "GPU-" + id, Name: "A100", MemoryBytes: 80 << 30})
 		}
 		return r
 	}
