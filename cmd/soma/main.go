@@ -92,6 +92,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			newGCCommand(),
 			newSlurmCommand(),
 			newZarrCommand(),
+			newWorkersCommand(),
 		},
 	}
 	for _, cmd := range app.Commands {
