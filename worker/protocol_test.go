@@ -185,7 +185,7 @@ func TestCheckListen(t *testing.T) {
 // TestDaemonPythonUnittest runs daemon.py's own unit tests with the
 // project's interpreter, so that `make test` runs them.
 func TestDaemonPythonUnittest(t *testing.T) {
-	testutil.NeedPython(t)
+	testutil.NeedPython(t, "json")
 	cmd := exec.Command(testutil.Python(), "-B", "-m", "unittest", "-v", "daemon_test")
 	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
 	out, err := cmd.CombinedOutput()
