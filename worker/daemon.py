@@ -45,6 +45,13 @@ other descriptors, descriptor 0 becomes /dev/null and descriptor 1 a copy
 of 2, so that a filter's print (or a C library's printf) can never corrupt
 a frame. During a plan, descriptors 1 and 2 point at the plan's log file.
 
+Warm reuse: soma-worker keeps a daemon for the next plan of the same
+environment. The plan's files live in a folder named by their digests;
+their modules stay imported while plans ship the same files, so that a
+warm plan pays no import (module-level state carries over; filter
+instances never do: each plan builds its own). A plan with other files
+makes the daemon forget the old modules first.
+
 SIGINT interrupts a call in progress (KeyboardInterrupt) and is answered
 as a cancelled call; outside a call it is ignored, so a cancel that
 arrives just after a call returned cannot tear a frame.
@@ -207,7 +214,8 @@ class Daemon:
         self.plan = None
         self.nodes = {}
         self.slots = {}
-        self.plan_dir = None
+        self.loaded_dir = None  # the folder whose modules are imported
+        self.modules = {}
         self.in_call = False
         self.saved_fds = None
 
@@ -250,20 +258,21 @@ class Daemon:
     def op_plan(self, head, body, enc):
         self.op_end(head, body, enc)
         self.plan = head["plan"]
-        self.plan_dir = head["dir"]
+        if head["dir"] != self.loaded_dir:
+            self.forget_modules()
+            self.loaded_dir = head["dir"]
         if head.get("log"):
             self.open_log(head["log"])
         seed = int(head.get("seed") or 0)
         random.seed(seed)
         if numpy is not None:
             numpy.random.seed(seed % (1 << 32))
-        modules = {}
         info = {}
         for n in head["nodes"]:
             fname = n["file"]
-            if fname not in modules:
-                modules[fname] = load_module(self.plan, head["dir"], fname, len(modules))
-            mod = modules[fname]
+            if fname not in self.modules:
+                self.modules[fname] = load_module(head["dir"], fname)
+            mod = self.modules[fname]
             cls = getattr(mod, n["class"], None)
             if cls is None:
                 raise LookupError("file %s has no class %s" % (fname, n["class"]))
@@ -298,22 +307,26 @@ class Daemon:
         return {}
 
     def op_end(self, head, body, enc):
-        # Forget the plan's modules, so that the next plan (maybe with
-        # other versions of the same files) imports its own.
-        if self.plan_dir is not None:
-            prefix = os.path.join(self.plan_dir, "")
-            for name, mod in list(sys.modules.items()):
-                f = getattr(mod, "__file__", None) or ""
-                if f.startswith(prefix):
-                    del sys.modules[name]
-            while self.plan_dir in sys.path:
-                sys.path.remove(self.plan_dir)
-            self.plan_dir = None
         self.nodes = {}
         self.slots = {}
         self.plan = None
         self.close_log()
         return {}
+
+    def forget_modules(self):
+        """Forgets the imported plan modules, so that a plan with other
+        files (maybe other versions of the same names) imports its own."""
+        if self.loaded_dir is None:
+            return
+        prefix = os.path.join(self.loaded_dir, "")
+        for name, mod in list(sys.modules.items()):
+            f = getattr(mod, "__file__", None) or ""
+            if f.startswith(prefix):
+                del sys.modules[name]
+        while self.loaded_dir in sys.path:
+            sys.path.remove(self.loaded_dir)
+        self.modules = {}
+        self.loaded_dir = None
 
     def call_user(self, fn):
         self.in_call = True
@@ -363,12 +376,12 @@ class Daemon:
             write_frame(self.wfile, reply, parts)
 
 
-def load_module(plan, folder, fname, i):
-    """Imports folder/fname under a name unique to the plan."""
+def load_module(folder, fname):
+    """Imports folder/fname under a name of its own."""
     if os.path.basename(fname) != fname or not fname.endswith(".py"):
         raise ValueError("file name %r: want a plain NAME.py" % fname)
     path = os.path.join(folder, fname)
-    name = "soma_plan_%d_%s" % (i, fname[:-3])
+    name = "soma_plan_%s_%s" % (os.path.basename(folder), fname[:-3])
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     if folder not in sys.path:

@@ -28,6 +28,8 @@ type session struct {
 	log   string // the plan's log file
 	dir   string // the plan's files
 	nodes map[string]pipeNodeInfo
+	// hasTargets: the daemon holds targets for this feed.
+	hasTargets bool
 
 	releaseSlot func()
 	releaseGPUs func()
@@ -121,6 +123,11 @@ func (s *session) writeFiles(ctx context.Context) error {
 		return fmt.Errorf("worker: plan files: %w", err)
 	}
 	for i, f := range s.p.Files {
+		// The folder is named by the files' digests and each file is
+		// written atomically: one that exists is complete and right.
+		if _, err := os.Lstat(filepath.Join(s.dir, f.Name)); err == nil {
+			continue
+		}
 		if err := fsstore.WriteFileAtomic(filepath.Join(s.dir, f.Name), strings.NewReader(string(contents[i]))); err != nil {
 			return fmt.Errorf("worker: plan file %s: %w", f.Name, err)
 		}
@@ -245,12 +252,10 @@ func (s *session) feed(ctx context.Context, input Value, targets *Value) (map[st
 	if err := s.put(ctx, "input", input); err != nil {
 		return nil, err
 	}
+	// Targets matter only to fit: a forward saves the round trip.
+	s.hasTargets = targets != nil
 	if targets != nil {
 		if err := s.put(ctx, "targets", *targets); err != nil {
-			return nil, err
-		}
-	} else {
-		if err := s.put(ctx, "targets", Value{Kind: KindNone}); err != nil {
 			return nil, err
 		}
 	}
@@ -287,7 +292,11 @@ func (s *session) deliver(ctx context.Context, outputs map[string]Value) (map[st
 func (s *session) runNode(ctx context.Context, n Node, reply bool) (Value, error) {
 	in := slotValue(nodeInput(n))
 	if s.p.Mode == Fit && s.nodes[n.ID].Trainable {
-		if _, _, err := s.callNode(ctx, n.ID, "fit", false, in, slotValue("targets")); err != nil {
+		y := Value{Kind: KindNone}
+		if s.hasTargets {
+			y = slotValue("targets")
+		}
+		if _, _, err := s.callNode(ctx, n.ID, "fit", false, in, y); err != nil {
 			return Value{}, err
 		}
 	}

@@ -32,7 +32,7 @@ type testOptions struct {
 // newTestWorker starts a worker with Debian's Python, a store under
 // t.TempDir() and a small cancel grace (STYLE rule 19: make grace periods
 // small in tests rather than sleeping long).
-func newTestWorker(t *testing.T, to testOptions) *testWorker {
+func newTestWorker(t testing.TB, to testOptions) *testWorker {
 	t.Helper()
 	testutil.NeedPython(t, "numpy")
 	dir := t.TempDir()

@@ -161,7 +161,7 @@ func (s *Server) capabilities(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxPlanBody))
+	b, err := readBody(w, r)
 	if err != nil {
 		s.fail(w, http.StatusRequestEntityTooLarge, fmt.Errorf("worker: plan body: %w (send large values by reference)", err))
 		return
@@ -239,4 +239,19 @@ func (s *Server) reply(w http.ResponseWriter, code int, v versioned) {
 
 func (s *Server) fail(w http.ResponseWriter, code int, err error) {
 	s.reply(w, code, &ErrorReply{Error: err.Error()})
+}
+
+// readBody reads a request body of at most maxPlanBody bytes, into a
+// buffer of the announced length when there is one (io.ReadAll would
+// grow and copy a large plan several times).
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body := http.MaxBytesReader(w, r.Body, maxPlanBody)
+	if n := r.ContentLength; n > 0 && n <= maxPlanBody {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(body, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return io.ReadAll(body)
 }

@@ -73,3 +73,10 @@ class BadState:
 class Env:
     def forward(self, x):
         return os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+
+
+class Shape:
+    """Returns only the input's shape: a forward whose cost is the input."""
+
+    def forward(self, x):
+        return list(getattr(x, "shape", ()))
