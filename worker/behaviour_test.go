@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -140,4 +141,31 @@ func waitLog(t *testing.T, tw *testWorker, id string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("plan %s never started its filter", id)
+}
+
+// TestWarmReuseNewFiles: a warm daemon keeps a plan's modules imported
+// for the next plan with the same files, but a plan that ships another
+// version of a file (same name) runs the new code, not the cached module.
+func TestWarmReuseNewFiles(t *testing.T) {
+	tw := newTestWorker(t, testOptions{})
+	version := func(id, code string) any {
+		f := File{Name: "v.py", Content: []byte(code)}
+		p := &Plan{ID: id, Files: []File{f}, Nodes: []Node{{ID: "n", File: "v.py", Class: "V"}}, Input: Value{Kind: KindNone}}
+		res := run(t, tw, p)
+		mustSucceed(t, res)
+		return res.Outputs["n"].Object
+	}
+	const v1 = "class V:\n    def forward(self, x):\n        return 1\n"
+	const v2 = "class V:\n    def forward(self, x):\n        return 2\n"
+	for i, tc := range []struct {
+		code string
+		want any
+	}{{v1, int8(1)}, {v1, int8(1)}, {v2, int8(2)}, {v1, int8(1)}} {
+		if got := version(fmt.Sprintf("v%d", i), tc.code); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Fatalf("plan %d returned %v, want %v", i, got, tc.want)
+		}
+	}
+	if got := tw.w.DaemonsStarted(); got != 1 {
+		t.Fatalf("daemons started = %d, want 1 (all warm)", got)
+	}
 }
