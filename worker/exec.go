@@ -90,6 +90,9 @@ func (s *session) acquireSlot(ctx context.Context) error {
 }
 
 func (s *session) acquireGPUs(ctx context.Context) error {
+	if err := s.checkAsk(); err != nil {
+		return err
+	}
 	if s.p.Resources.GPUs == 0 {
 		return nil
 	}
@@ -99,6 +102,21 @@ func (s *session) acquireGPUs(ctx context.Context) error {
 	}
 	s.releaseGPUs = release
 	s.gpusHeld = gpus
+	return nil
+}
+
+// checkAsk refuses a plan that asks for more CPUs or memory than the
+// worker offers at all (it would never fit; placement should have sent it
+// elsewhere). CPUs and memory are not reserved per plan: they bound what
+// one plan may ask.
+func (s *session) checkAsk() error {
+	a, r := s.p.Resources, s.w.o.Resources
+	if a.CPUs > 0 && r.CPUs > 0 && a.CPUs > r.CPUs {
+		return fmt.Errorf("%w: plan asks for %d CPUs, this worker offers %d", ErrInvalidPlan, a.CPUs, r.CPUs)
+	}
+	if a.Memory > 0 && r.MemoryBytes > 0 && a.Memory > r.MemoryBytes {
+		return fmt.Errorf("%w: plan asks for %d bytes of memory, this worker offers %d", ErrInvalidPlan, a.Memory, r.MemoryBytes)
+	}
 	return nil
 }
 

@@ -27,6 +27,7 @@ type testWorker struct {
 type testOptions struct {
 	noStore     bool
 	planTimeout time.Duration
+	gpus        []GPU // fake GPUs the worker offers (no NVML involved)
 }
 
 // newTestWorker starts a worker with Debian's Python, a store under
@@ -53,7 +54,7 @@ func newTestWorker(t testing.TB, to testOptions) *testWorker {
 		Envs:        envs,
 		Python:      testutil.Python(),
 		WorkDir:     filepath.Join(dir, "work"),
-		Resources:   Resources{CPUs: 2},
+		Resources:   Resources{CPUs: 2, MemoryBytes: 1 << 30, GPUs: to.gpus},
 		Limits:      Limits{MaxPlans: 4},
 		PlanTimeout: to.planTimeout,
 		CancelGrace: 300 * time.Millisecond,
