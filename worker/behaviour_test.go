@@ -29,6 +29,9 @@ func TestMisbehavingFilters(t *testing.T) {
 		{class: "Sleeper", timeout: 0.5, state: StateFailed, err: "plan timed out after 500ms", log: "going to sleep"},
 		{class: "Stubborn", timeout: 0.5, state: StateFailed, err: "plan timed out after 500ms", log: "ignoring SIGINT"},
 		{class: "BadState", state: StateFailed, err: "get_state of BadState returned str, want bytes"},
+		// Regression: NaN in a plain object went out as JSON NaN, which
+		// Go's JSON refuses; the daemon was killed as if it had crashed.
+		{class: "NaN", state: StateFailed, err: "NaN or Infinity cannot cross as a plain object"},
 	} {
 		t.Run(tc.class, func(t *testing.T) {
 			p := behaviourPlan(t, "p-"+tc.class, tc.class)

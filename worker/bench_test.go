@@ -25,6 +25,7 @@ import (
 // scripts/bench-worker.sh (make bench):
 //
 //	RoundTrip/soma-worker      a warm no-op plan over loopback HTTP
+//	RoundTrip/in-process       the same plan through Worker.Run (no HTTP)
 //	RoundTrip/python-pipe      floor: the same bytes to an already running Python over a pipe
 //	RoundTrip/loopback-http    floor: a bare loopback HTTP request
 //	Forward/{inline,blob,zarr} a forward of a SOMA_BENCH_MB (default 100) MB float32 array
@@ -70,6 +71,24 @@ func BenchmarkRoundTrip(b *testing.B) {
 		for b.Loop() {
 			l.time(func() {
 				res, err := tw.client.Run(ctx, p)
+				if err != nil || res.State != StateSucceeded {
+					b.Fatal(err, res)
+				}
+			})
+		}
+		l.report(b)
+	})
+	b.Run("in-process", func(b *testing.B) {
+		tw := benchWorker(b)
+		p := behaviourPlan(b, "noop", "NoOp")
+		ctx := context.Background()
+		if _, err := tw.w.Run(ctx, p); err != nil {
+			b.Fatal(err)
+		}
+		var l latencies
+		for b.Loop() {
+			l.time(func() {
+				res, err := tw.w.Run(ctx, p)
 				if err != nil || res.State != StateSucceeded {
 					b.Fatal(err, res)
 				}

@@ -201,7 +201,12 @@ class Encoder:
             b = memoryview(x).cast("B") if x.size else b""
             return {"kind": "array", "dtype": x.dtype.name, "shape": list(x.shape),
                     "off": self._add(b), "len": len(b)}
-        json.dumps(x)  # raises TypeError for what JSON cannot carry
+        try:
+            # allow_nan=False: Go's JSON refuses NaN, which would tear the
+            # reply frame and make the daemon look dead.
+            json.dumps(x, allow_nan=False)
+        except ValueError:
+            raise ValueError("a value with NaN or Infinity cannot cross as a plain object; return a numpy array")
         return {"kind": "object", "object": x}
 
 

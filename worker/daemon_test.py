@@ -89,6 +89,13 @@ class ValueTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             daemon.Encoder().value(numpy.array(["a", "b"]))
 
+    def test_nan_object_refused(self):
+        # Regression: NaN in a plain object went out as JSON NaN, which Go
+        # cannot parse: the reply frame was refused and the worker killed
+        # the daemon as if it had crashed.
+        with self.assertRaises(ValueError):
+            daemon.Encoder().value({"loss": float("nan")})
+
     def test_slot(self):
         self.assertEqual(daemon.decode_value({"kind": "slot", "slot": "x"}, b"", {"x": 5}), 5)
         with self.assertRaises(daemon.ProtocolError):

@@ -180,3 +180,25 @@ func TestLargeOutputByReference(t *testing.T) {
 		t.Fatalf("output %s%v with %d bytes, want float32 %v", got.DType, got.Shape, len(got.Data), x.Shape)
 	}
 }
+
+// TestResultsBounded: finished results are kept for GET /plans/<id> only
+// up to a bound on their inline bytes (a worker without a store returns
+// every output inline, and a long-running worker must not hold them all).
+func TestResultsBounded(t *testing.T) {
+	tw := newTestWorker(t, testOptions{noStore: true})
+	tw.w.keepBytes = 4000
+	x, _ := twoClusters(200) // 2400 bytes in, 2400 bytes out
+	p := func(id string) *Plan {
+		return &Plan{ID: id, Files: []File{readFilter(t, "numpy_filters.py")},
+			Nodes: []Node{{ID: "d", File: "numpy_filters.py", Class: "Double"}}, Input: x}
+	}
+	mustSucceed(t, run(t, tw, p("first")))
+	mustSucceed(t, run(t, tw, p("second")))
+	ctx := context.Background()
+	if _, err := tw.client.Get(ctx, "first"); err == nil || !strings.Contains(err.Error(), "unknown plan") {
+		t.Fatalf("Get(first) = %v, want unknown plan (forgotten past the bound)", err)
+	}
+	if res, err := tw.client.Get(ctx, "second"); err != nil || len(res.Outputs["d"].Data) != 2400 {
+		t.Fatalf("Get(second) = %v, want its 2400-byte output", err)
+	}
+}

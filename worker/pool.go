@@ -47,7 +47,7 @@ func (p *daemonPool) get(ctx context.Context, env *Env, gpus []GPU) (d *daemon, 
 	if d != nil {
 		select {
 		case <-d.exited: // died while idle (OOM killer, a stray signal)
-			d.broken = true
+			d.kill() // closes its pipe; the process is already reaped
 		default:
 			return d, true, nil
 		}

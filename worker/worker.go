@@ -30,8 +30,12 @@ const (
 	// DefaultIdleDaemons is how many idle daemons are kept per
 	// environment and GPU set.
 	DefaultIdleDaemons = 2
-	// keepResults is how many finished results GET /plans/<id> can show.
+	// keepResults and keepBytes bound the finished results GET
+	// /plans/<id> can show: the latest 1024, holding at most 256 MiB of
+	// inline values (a worker without a store returns every output
+	// inline); older ones are forgotten first.
 	keepResults = 1024
+	keepBytes   = 256 << 20
 )
 
 // Errors of the plan table.
@@ -87,11 +91,14 @@ type Worker struct {
 	slots chan struct{}
 	res   *resolver
 
-	mu      sync.Mutex
-	plans   map[string]*planRecord
-	order   []string // finished plan ids, oldest first
-	closed  bool
-	running sync.WaitGroup
+	mu    sync.Mutex
+	plans map[string]*planRecord
+	order []string // finished plan ids, oldest first
+	kept  int64    // inline bytes of the finished results in plans
+	// keepBytes is keepBytes, lowered by tests.
+	keepBytes int64
+	closed    bool
+	running   sync.WaitGroup
 }
 
 // planRecord is one plan the worker knows.
@@ -101,6 +108,7 @@ type planRecord struct {
 	done   chan struct{}
 	state  PlanState
 	result *Result
+	size   int64 // inline bytes of result
 }
 
 // New returns a worker. It writes daemon.py into WorkDir.
@@ -150,6 +158,8 @@ func New(o Options) (*Worker, error) {
 		slots: make(chan struct{}, maxPlans),
 		res:   &resolver{store: o.Store, cache: o.ZarrCache},
 		plans: map[string]*planRecord{},
+
+		keepBytes: keepBytes,
 	}, nil
 }
 
@@ -317,8 +327,11 @@ func (w *Worker) finish(rec *planRecord, res *Result) {
 	w.mu.Lock()
 	rec.state = res.State
 	rec.result = res
+	rec.size = int64(payloadSize(res))
+	w.kept += rec.size
 	w.order = append(w.order, rec.id)
-	for len(w.order) > keepResults {
+	// Waiters hold rec itself, so even the newest result may go.
+	for len(w.order) > keepResults || (w.kept > w.keepBytes && len(w.order) > 0) {
 		w.forget(w.order[0])
 	}
 	w.mu.Unlock()
@@ -335,5 +348,6 @@ func (w *Worker) forget(id string) {
 	}
 	if rec, ok := w.plans[id]; ok && rec.state.Done() {
 		delete(w.plans, id)
+		w.kept -= rec.size
 	}
 }
