@@ -37,6 +37,8 @@ Requests (Go -> daemon) and their replies ({"ok": true, ...} or
           "reply" is false
     end   drops the plan's filters and restores the log
     ping  replies {"pong": true}
+    batch {"ops": [request, ...]}  runs several requests with one body,
+          replying {"replies": [reply, ...]} (see op_batch)
 
 At start the daemon sends {"ok": true, "hello": {"protocol": 1, ...}}.
 
@@ -283,8 +285,7 @@ class Daemon:
                 raise LookupError("file %s has no class %s" % (fname, n["class"]))
             obj = self.call_user(lambda: cls(**(n.get("config") or {})))
             self.nodes[n["id"]] = obj
-            info[n["id"]] = {"trainable": callable(getattr(obj, "fit", None))
-                             and callable(getattr(obj, "get_state", None))}
+            info[n["id"]] = {"trainable": self.trainable(n["id"])}
         return {"nodes": info}
 
     def op_call(self, head, body, enc):
@@ -345,8 +346,37 @@ class Daemon:
             except Exception:
                 pass
 
+    def op_batch(self, head, body, enc):
+        """Runs head["ops"] in order with one body and one reply, so that
+        a plan costs one round trip on the pipe. After an op fails, the
+        rest are not run, except those marked "always" (end). A call
+        marked "if_trainable" is skipped for a node without fit and
+        get_state."""
+        replies = []
+        failed = False
+        for sub in head["ops"]:
+            if failed and not sub.get("always"):
+                replies.append({"ok": False, "not_run": True})
+                continue
+            if sub.get("if_trainable") and not self.trainable(sub.get("node")):
+                replies.append({"ok": True, "skipped": True})
+                continue
+            r = self.handle_with(sub, body, enc)
+            failed = failed or not r["ok"]
+            replies.append(r)
+        return {"replies": replies}
+
+    def trainable(self, node_id):
+        node = self.nodes.get(node_id)
+        return callable(getattr(node, "fit", None)) and callable(getattr(node, "get_state", None))
+
     def handle(self, head, body):
         enc = Encoder()
+        reply = self.handle_with(head, body, enc)
+        return reply, enc.parts
+
+    def handle_with(self, head, body, enc):
+        """Runs one op; its reply's values refer to enc's buffers."""
         op = head.get("op")
         fn = getattr(self, "op_" + str(op), None)
         try:
@@ -354,9 +384,9 @@ class Daemon:
                 raise ValueError("unknown op %r" % op)
             reply = fn(head, body, enc)
             reply["ok"] = True
-            return reply, enc.parts
+            return reply
         except KeyboardInterrupt:
-            return {"ok": False, "cancelled": True, "error": "interrupted"}, []
+            return {"ok": False, "cancelled": True, "error": "interrupted"}
         except ProtocolError:
             raise
         except BaseException as e:  # SystemExit from a filter too
@@ -366,7 +396,7 @@ class Daemon:
                 sys.stderr.flush()
             except Exception:
                 pass
-            return {"ok": False, "error": "%s: %s" % (type(e).__name__, e), "traceback": tb}, []
+            return {"ok": False, "error": "%s: %s" % (type(e).__name__, e), "traceback": tb}
 
     def serve(self):
         write_frame(self.wfile, {"ok": True, "hello": {

@@ -172,6 +172,27 @@ class DaemonProcessTest(unittest.TestCase):
         r, _ = self.ask({"op": "ping"})
         self.assertTrue(r["pong"])
 
+    def test_batch_stops_at_failure_but_ends(self):
+        r, body = self.ask({"op": "batch", "ops": [
+            {"op": "plan", "plan": "p", "dir": self.tmp.name, "log": self.log, "seed": 1,
+             "nodes": [{"id": "e", "file": "filters.py", "class": "Echo"},
+                       {"id": "b", "file": "filters.py", "class": "Boom"}]},
+            {"op": "put", "slot": "input", "value": {"kind": "bytes", "off": 0, "len": 2}},
+            {"op": "call", "node": "e", "method": "fit", "args": [], "if_trainable": True},
+            {"op": "call", "node": "e", "method": "forward", "args": [{"kind": "slot", "slot": "input"}], "keep": "e"},
+            {"op": "call", "node": "b", "method": "forward", "args": [{"kind": "slot", "slot": "e"}]},
+            {"op": "call", "node": "e", "method": "forward", "args": [{"kind": "slot", "slot": "input"}]},
+            {"op": "end", "always": True},
+        ]}, [b"hi"])
+        self.assertTrue(r["ok"], r)
+        got = [(x["ok"], x.get("skipped", False), x.get("not_run", False)) for x in r["replies"]]
+        self.assertEqual(got, [(True, False, False), (True, False, False), (True, True, False),
+                               (True, False, False), (False, False, False), (False, False, True),
+                               (True, False, False)])
+        v = r["replies"][3]["value"]
+        self.assertEqual(bytes(body[v["off"]:v["off"] + v["len"]]), b"hi")
+        self.assertEqual(r["replies"][4]["error"], "ValueError: boom")
+
     def test_unknown_class_and_method(self):
         r, _ = self.ask({"op": "plan", "plan": "p", "dir": self.tmp.name, "log": self.log, "seed": 1,
                          "nodes": [{"id": "x", "file": "filters.py", "class": "Nope"}]})

@@ -23,19 +23,17 @@ import (
 
 // session is one plan's hold on the worker.
 type session struct {
-	w     *Worker
-	p     *Plan
-	log   string // the plan's log file
-	dir   string // the plan's files
-	nodes map[string]pipeNodeInfo
-	// hasTargets: the daemon holds targets for this feed.
-	hasTargets bool
+	w   *Worker
+	p   *Plan
+	log string // the plan's log file
+	dir string // the plan's files
 
 	releaseSlot func()
 	releaseGPUs func()
 	gpusHeld    []GPU
 	env         *Env
 	d           *daemon
+	ended       bool // the daemon has ended the plan (an end op ran)
 }
 
 // execute runs a one-shot plan and returns its result; running is called
@@ -47,29 +45,45 @@ func (w *Worker) execute(ctx context.Context, p *Plan, running func()) *Result {
 	return s.result(start, outputs, states, err)
 }
 
+// oneShot runs the whole plan in the daemon as one batch: build the
+// filters, load their states, feed the input, collect the trained states,
+// end. One round trip on the pipe, however many nodes.
 func (s *session) oneShot(ctx context.Context, running func()) (map[string]Value, map[string]Value, error) {
+	defer s.close(ctx)
 	if err := s.open(ctx); err != nil {
-		s.close(ctx)
 		return nil, nil, err
 	}
 	running()
-	outputs, err := s.feed(ctx, s.p.Input, s.p.Targets)
-	if err == nil {
-		outputs, err = s.deliver(ctx, outputs)
+	b := &batch{}
+	if err := s.addBuild(ctx, b); err != nil {
+		return nil, nil, err
 	}
-	var states map[string]Value
-	if err == nil && s.p.Mode == Fit {
-		states, err = s.collectStates(ctx)
+	outs, err := s.addFeed(ctx, b, s.p.Input, s.p.Targets)
+	if err != nil {
+		return nil, nil, err
 	}
-	s.close(ctx)
-	return outputs, states, err
+	var states map[string]int
+	if s.p.Mode == Fit {
+		states = s.addStates(b)
+	}
+	b.end()
+	replies, err := s.send(ctx, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	outputs, err := s.deliver(ctx, pick(replies, outs))
+	if err != nil {
+		return nil, nil, err
+	}
+	stateValues, err := s.storeStates(ctx, pick(replies, states))
+	return outputs, stateValues, err
 }
 
 // open takes a slot and the plan's GPUs, prepares its files and env, and
-// builds its filters in a daemon, loading any states.
+// takes a daemon for it.
 func (s *session) open(ctx context.Context) error {
 	steps := []func(context.Context) error{
-		s.acquireSlot, s.acquireGPUs, s.writeFiles, s.environment, s.daemon, s.build, s.loadStates,
+		s.acquireSlot, s.acquireGPUs, s.writeFiles, s.environment, s.daemon,
 	}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
@@ -221,25 +235,16 @@ type pipeNode struct {
 	Config map[string]any `json:"config"`
 }
 
-func (s *session) build(ctx context.Context) error {
+// addBuild adds the ops that build the plan's filters and give each its
+// state from an earlier Fit. A state that fails to load fails the plan
+// with the reason: never a silent start from scratch (seed debt D-25).
+func (s *session) addBuild(ctx context.Context, b *batch) error {
 	nodes := make([]pipeNode, len(s.p.Nodes))
 	for i, n := range s.p.Nodes {
 		cfg, _ := jsonable(n.Config).(map[string]any)
 		nodes[i] = pipeNode{ID: n.ID, File: n.File, Class: n.Class, Config: cfg}
 	}
-	head := map[string]any{"op": "plan", "plan": s.p.ID, "dir": s.dir, "log": s.log, "seed": s.p.Seed, "nodes": nodes}
-	r, _, err := s.ask(ctx, "", "build", head, nil)
-	if err != nil {
-		return err
-	}
-	s.nodes = r.Nodes
-	return nil
-}
-
-// loadStates gives each node its state from an earlier Fit. A state that
-// fails to load fails the plan with the reason: never a silent start from
-// scratch (seed debt D-25).
-func (s *session) loadStates(ctx context.Context) error {
+	b.add("", "build", map[string]any{"op": "plan", "plan": s.p.ID, "dir": s.dir, "log": s.log, "seed": s.p.Seed, "nodes": nodes})
 	for _, n := range s.p.Nodes {
 		sv, ok := s.p.States[n.ID]
 		if !ok {
@@ -252,43 +257,68 @@ func (s *session) loadStates(ctx context.Context) error {
 		if v.Kind != KindBytes {
 			return fmt.Errorf("%w: node %q: state is %s, want bytes", ErrInvalidPlan, n.ID, v.Kind)
 		}
-		if _, _, err := s.callNode(ctx, n.ID, "set_state", false, v); err != nil {
-			var fe *FilterError
-			if errors.As(err, &fe) {
-				fe.Message = "state failed to load: " + fe.Message
-			}
+		if err := b.call(n.ID, "set_state", "", false, false, v); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// feed runs input (and targets, for Fit) through the nodes and returns
-// the outputs the plan names, inline (their bytes lie in the daemon's
-// reply frames).
-func (s *session) feed(ctx context.Context, input Value, targets *Value) (map[string]Value, error) {
-	if err := s.put(ctx, "input", input); err != nil {
+// addFeed adds the ops that run input (and targets, for Fit) through the
+// nodes: each node is fit first when the plan is a Fit and the node is
+// trainable, then runs forward on its input; outputs stay in the daemon
+// for the nodes downstream. It returns the reply index of each output the
+// plan names.
+func (s *session) addFeed(ctx context.Context, b *batch, input Value, targets *Value) (map[string]int, error) {
+	in, err := s.w.res.resolve(ctx, input)
+	if err != nil {
+		return nil, fmt.Errorf("worker: input: %w", err)
+	}
+	if err := b.put("input", in); err != nil {
 		return nil, err
 	}
-	// Targets matter only to fit: a forward saves the round trip.
-	s.hasTargets = targets != nil
+	y := Value{Kind: KindNone}
 	if targets != nil {
-		if err := s.put(ctx, "targets", *targets); err != nil {
-			return nil, err
+		t, err := s.w.res.resolve(ctx, *targets)
+		if err != nil {
+			return nil, fmt.Errorf("worker: targets: %w", err)
+		}
+		// Targets matter only to fit: a forward does not send them.
+		if s.p.Mode == Fit {
+			if err := b.put("targets", t); err != nil {
+				return nil, err
+			}
+			y = slotValue("targets")
 		}
 	}
 	want := outputNodes(s.p)
-	outputs := map[string]Value{}
+	outs := map[string]int{}
 	for _, n := range s.p.Nodes {
-		out, err := s.runNode(ctx, n, want[n.ID])
-		if err != nil {
+		x := slotValue(nodeInput(n))
+		if s.p.Mode == Fit {
+			if err := b.call(n.ID, "fit", "", false, true, x, y); err != nil {
+				return nil, err
+			}
+		}
+		if err := b.call(n.ID, "forward", n.ID, want[n.ID], false, x); err != nil {
 			return nil, err
 		}
 		if want[n.ID] {
-			outputs[n.ID] = out
+			outs[n.ID] = len(b.ops) - 1
 		}
 	}
-	return outputs, nil
+	return outs, nil
+}
+
+// addStates adds a get_state op for each trainable node and returns their
+// reply indexes (the daemon skips the nodes that are not trainable).
+func (s *session) addStates(b *batch) map[string]int {
+	idx := map[string]int{}
+	for _, n := range s.p.Nodes {
+		_ = b.call(n.ID, "get_state", "", true, true)
+		idx[n.ID] = len(b.ops) - 1
+	}
+	return idx
 }
 
 // deliver turns large outputs into blob references (resolver.deliver).
@@ -304,53 +334,32 @@ func (s *session) deliver(ctx context.Context, outputs map[string]Value) (map[st
 	return out, nil
 }
 
-// runNode fits the node first when the plan is a Fit and the node is
-// trainable, then runs forward on its input, keeping the output in the
-// daemon for the nodes downstream.
-func (s *session) runNode(ctx context.Context, n Node, reply bool) (Value, error) {
-	in := slotValue(nodeInput(n))
-	if s.p.Mode == Fit && s.nodes[n.ID].Trainable {
-		y := Value{Kind: KindNone}
-		if s.hasTargets {
-			y = slotValue("targets")
-		}
-		if _, _, err := s.callNode(ctx, n.ID, "fit", false, in, y); err != nil {
-			return Value{}, err
-		}
+// storeStates keeps each trained state as a blob of the store when there
+// is one (inline otherwise).
+func (s *session) storeStates(ctx context.Context, states map[string]Value) (map[string]Value, error) {
+	if len(states) == 0 {
+		return nil, nil
 	}
-	v, _, err := s.callKeep(ctx, n.ID, "forward", n.ID, reply, in)
-	return v, err
-}
-
-// collectStates returns the trained state of each trainable node, as a
-// blob of the store when there is one.
-func (s *session) collectStates(ctx context.Context) (map[string]Value, error) {
-	states := map[string]Value{}
-	for _, n := range s.p.Nodes {
-		if !s.nodes[n.ID].Trainable {
-			continue
-		}
-		v, _, err := s.callNode(ctx, n.ID, "get_state", true)
-		if err != nil {
-			return nil, err
-		}
+	out := make(map[string]Value, len(states))
+	for id, v := range states {
 		if s.w.o.Store != nil {
 			d, err := s.w.o.Store.Put(ctx, v.Data)
 			if err != nil {
-				return nil, fmt.Errorf("worker: store state of %q: %w", n.ID, err)
+				return nil, fmt.Errorf("worker: store state of %q: %w", id, err)
 			}
 			v = Value{Kind: KindBytes, Ref: BlobRef(d)}
 		}
-		states[n.ID] = v
+		out[id] = v
 	}
-	return states, nil
+	return out, nil
 }
 
-// close ends the plan in the daemon and gives everything back. A daemon
-// whose plan could not end cleanly is killed, not reused.
+// close ends the plan in the daemon (unless a batch did) and gives
+// everything back. A daemon whose plan could not end cleanly is killed,
+// not reused.
 func (s *session) close(ctx context.Context) {
 	if s.d != nil {
-		if !s.d.broken {
+		if !s.d.broken && !s.ended {
 			// A cancelled ctx must not stop the clean-up call.
 			ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.w.o.CancelGrace)
 			if r, _, err := s.d.call(ectx, map[string]any{"op": "end"}, nil); err != nil || !r.OK {
@@ -373,72 +382,6 @@ func (s *session) close(ctx context.Context) {
 		s.releaseSlot()
 		s.releaseSlot = nil
 	}
-}
-
-// put resolves v and keeps it in the daemon under slot.
-func (s *session) put(ctx context.Context, slot string, v Value) error {
-	rv, err := s.w.res.resolve(ctx, v)
-	if err != nil {
-		return fmt.Errorf("worker: %s: %w", slot, err)
-	}
-	var body pipeBody
-	pv, err := body.value(rv)
-	if err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrInvalidPlan, slot, err)
-	}
-	_, _, err = s.ask(ctx, "", "put "+slot, map[string]any{"op": "put", "slot": slot, "value": pv}, &body)
-	return err
-}
-
-func (s *session) callNode(ctx context.Context, node, method string, reply bool, args ...Value) (Value, []byte, error) {
-	return s.callKeep(ctx, node, method, "", reply, args...)
-}
-
-// callKeep calls method on node with args (slot values or inline ones),
-// keeping the result in the daemon under keep when set.
-func (s *session) callKeep(ctx context.Context, node, method, keep string, reply bool, args ...Value) (Value, []byte, error) {
-	var body pipeBody
-	pargs := make([]pipeValue, len(args))
-	for i, a := range args {
-		if a.Kind == kindSlot {
-			pargs[i] = pipeValue{Kind: kindSlot, Slot: a.Ref}
-			continue
-		}
-		pv, err := body.value(a)
-		if err != nil {
-			return Value{}, nil, err
-		}
-		pargs[i] = pv
-	}
-	head := map[string]any{"op": "call", "node": node, "method": method, "args": pargs, "reply": reply}
-	if keep != "" {
-		head["keep"] = keep
-	}
-	r, rbody, err := s.ask(ctx, node, method, head, &body)
-	if err != nil {
-		return Value{}, nil, err
-	}
-	v, err := fromPipe(r.Value, rbody)
-	return v, rbody, err
-}
-
-// ask sends one request to the daemon and turns a failed reply into a
-// *FilterError.
-func (s *session) ask(ctx context.Context, node, what string, head any, body *pipeBody) (pipeReply, []byte, error) {
-	r, rbody, err := s.d.call(ctx, head, body)
-	if err != nil {
-		if errors.Is(err, ErrDaemonDied) {
-			return r, nil, fmt.Errorf("%w during %s of node %q", err, what, node)
-		}
-		return r, nil, err
-	}
-	if !r.OK {
-		if r.Cancelled {
-			return r, nil, context.Cause(ctx)
-		}
-		return r, nil, &FilterError{Node: node, Method: what, Message: r.Error, Traceback: r.Traceback}
-	}
-	return r, rbody, nil
 }
 
 // kindSlot marks an argument that names a value kept in the daemon (its

@@ -47,6 +47,9 @@ type pipeReply struct {
 	Nodes     map[string]pipeNodeInfo `json:"nodes"`
 	Hello     *pipeHello              `json:"hello"`
 	Pong      bool                    `json:"pong"`
+	Replies   []pipeReply             `json:"replies"`
+	Skipped   bool                    `json:"skipped"`
+	NotRun    bool                    `json:"not_run"`
 }
 
 type pipeNodeInfo struct {

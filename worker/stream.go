@@ -149,6 +149,13 @@ func (s *session) streamed(ctx context.Context, next func(context.Context) (*Str
 		return nil, nil, err
 	}
 	running()
+	b := &batch{}
+	if err := s.addBuild(ctx, b); err != nil {
+		return nil, nil, err
+	}
+	if _, err := s.send(ctx, b); err != nil {
+		return nil, nil, err
+	}
 	var inputs, targets []Value
 	perNode := map[string][]Value{}
 	for {
@@ -180,7 +187,7 @@ func (s *session) streamed(ctx context.Context, next func(context.Context) (*Str
 			}
 			continue
 		}
-		outs, err := s.feed(ctx, *m.Input, nil)
+		outs, err := s.feedChunk(ctx, *m.Input)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -210,6 +217,20 @@ func (s *session) streamed(ctx context.Context, next func(context.Context) (*Str
 	return outputs, nil, err
 }
 
+// feedChunk runs one chunk through the built filters (one round trip).
+func (s *session) feedChunk(ctx context.Context, input Value) (map[string]Value, error) {
+	b := &batch{}
+	outs, err := s.addFeed(ctx, b, input, nil)
+	if err != nil {
+		return nil, err
+	}
+	replies, err := s.send(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	return pick(replies, outs), nil
+}
+
 // fitGathered fits on the concatenated chunks, as the one-shot plan does.
 func (s *session) fitGathered(ctx context.Context, inputs, targets []Value) (map[string]Value, map[string]Value, error) {
 	if len(inputs) == 0 {
@@ -230,13 +251,20 @@ func (s *session) fitGathered(ctx context.Context, inputs, targets []Value) (map
 		}
 		tp = &t
 	}
-	outputs, err := s.feed(ctx, in, tp)
+	b := &batch{}
+	outs, err := s.addFeed(ctx, b, in, tp)
 	if err != nil {
 		return nil, nil, err
 	}
-	if outputs, err = s.deliver(ctx, outputs); err != nil {
+	states := s.addStates(b)
+	replies, err := s.send(ctx, b)
+	if err != nil {
 		return nil, nil, err
 	}
-	states, err := s.collectStates(ctx)
-	return outputs, states, err
+	outputs, err := s.deliver(ctx, pick(replies, outs))
+	if err != nil {
+		return nil, nil, err
+	}
+	stateValues, err := s.storeStates(ctx, pick(replies, states))
+	return outputs, stateValues, err
 }
