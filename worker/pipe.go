@@ -162,7 +162,19 @@ func writePipeFrame(w io.Writer, head any, body *pipeBody) error {
 	var prefix [12]byte
 	binary.BigEndian.PutUint32(prefix[:4], uint32(len(hb)))
 	binary.BigEndian.PutUint64(prefix[4:], uint64(size))
-	if _, err := w.Write(append(prefix[:], hb...)); err != nil {
+	frame := append(prefix[:], hb...)
+	// A small frame goes in one write: one wake-up of the reader, not one
+	// per part. Large parts are written as they are, not copied.
+	if size <= 64<<10 {
+		if body != nil {
+			for _, p := range body.parts {
+				frame = append(frame, p...)
+			}
+		}
+		_, err := w.Write(frame)
+		return err
+	}
+	if _, err := w.Write(frame); err != nil {
 		return err
 	}
 	if body != nil {
