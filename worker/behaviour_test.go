@@ -172,3 +172,23 @@ func TestWarmReuseNewFiles(t *testing.T) {
 		t.Fatalf("daemons started = %d, want 1 (all warm)", got)
 	}
 }
+
+// TestImportInterruptible: a plan whose module hangs at import is
+// interrupted like a filter call (SIGINT), not killed: the daemon stays
+// warm. (The import used to run with SIGINT ignored, so the daemon was
+// killed after the grace and a new one started.)
+func TestImportInterruptible(t *testing.T) {
+	tw := newTestWorker(t, testOptions{})
+	mustSucceed(t, run(t, tw, behaviourPlan(t, "warm", "NoOp")))
+	code := "import time\nprint('importing', flush=True)\ntime.sleep(3600)\nclass Never:\n    pass\n"
+	p := &Plan{ID: "slow-import", TimeoutSeconds: 0.5, Files: []File{{Name: "slow.py", Content: []byte(code)}},
+		Nodes: []Node{{ID: "n", File: "slow.py", Class: "Never"}}, Input: Value{Kind: KindNone}}
+	res := run(t, tw, p)
+	if res.State != StateFailed || !strings.Contains(res.Error, "timed out") {
+		t.Fatalf("state %s, error %q; want failed: timed out", res.State, res.Error)
+	}
+	mustSucceed(t, run(t, tw, behaviourPlan(t, "after", "NoOp")))
+	if got := tw.w.DaemonsStarted(); got != 1 {
+		t.Fatalf("daemons started = %d, want 1: the import should have been interrupted, not killed", got)
+	}
+}

@@ -278,7 +278,8 @@ class Daemon:
         for n in head["nodes"]:
             fname = n["file"]
             if fname not in self.modules:
-                self.modules[fname] = load_module(head["dir"], fname)
+                # Importing runs the user's module code: interruptible too.
+                self.modules[fname] = self.call_user(lambda: load_module(head["dir"], fname))
             mod = self.modules[fname]
             cls = getattr(mod, n["class"], None)
             if cls is None:
