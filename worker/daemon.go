@@ -107,20 +107,36 @@ func startDaemon(ctx context.Context, key string, s daemonSpec) (*daemon, error)
 	// interrupt the filters; cancel is the worker's decision.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = 2 * time.Second
-	in, err := cmd.StdinPipe()
+	// Our own pipes rather than StdinPipe/StdoutPipe, so that they can be
+	// grown (growPipe) for large arrays.
+	inR, in, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	out, err := cmd.StdoutPipe()
+	out, outW, err := os.Pipe()
 	if err != nil {
+		inR.Close()
+		in.Close()
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	for _, f := range []*os.File{in, out} {
+		if err := growPipe(f); err != nil && s.logger != nil {
+			s.logger.Debug("pipe keeps its default size", "err", err)
+		}
+	}
+	cmd.Stdin, cmd.Stdout = inR, outW
+	err = cmd.Start()
+	inR.Close() // the child has its copies
+	outW.Close()
+	if err != nil {
+		in.Close()
+		out.Close()
 		return nil, fmt.Errorf("worker: start %s: %w", s.python, err)
 	}
 	d := &daemon{key: key, cmd: cmd, in: in, out: bufio.NewReaderSize(out, 1<<16), grace: s.grace, exited: make(chan struct{})}
 	go func() {
 		d.waitErr = cmd.Wait()
+		out.Close() // ours, not exec's: reads after the exit see EOF, then nothing
 		close(d.exited)
 	}()
 	type helloResult struct {

@@ -17,6 +17,7 @@ Values in a head:
     {"kind": "none"}
     {"kind": "array", "dtype": "float32", "shape": [2, 3], "off": 0, "len": 24}
     {"kind": "bytes", "off": 24, "len": 5}
+    {"kind": "array", ..., "file": PATH, "len": N}   a blob's file, mapped copy-on-write
     {"kind": "object", "object": <JSON>}
     {"kind": "slot", "slot": "scale"}   a value the daemon kept (below)
 
@@ -62,6 +63,7 @@ arrives just after a call returned cannot tear a frame.
 import faulthandler
 import importlib.util
 import json
+import mmap
 import os
 import random
 import signal
@@ -157,10 +159,10 @@ def decode_value(v, body, slots=None):
         return None
     if kind == "object":
         return v.get("object")
-    off, n = int(v["off"]), int(v["len"])
-    if off < 0 or n < 0 or off + n > len(body):
-        raise ProtocolError("value [%d:%d] outside a body of %d bytes" % (off, off + n, len(body)))
-    data = memoryview(body)[off:off + n]
+    if v.get("file"):
+        data = map_file(v["file"], int(v["len"]))
+    else:
+        data = body_range(v, body)
     if kind == "bytes":
         return bytes(data)
     if kind == "array":
@@ -169,6 +171,26 @@ def decode_value(v, body, slots=None):
             return RawArray(dtype, shape, data)
         return numpy.frombuffer(data, dtype=numpy.dtype(dtype).newbyteorder("<")).reshape(shape)
     raise ProtocolError("unknown value kind %r" % kind)
+
+
+def map_file(path, n):
+    """Maps a blob's file copy-on-write (soma-worker has checked its digest;
+    blob files never change): a large input by reference costs no copy,
+    and a filter may still write into its array (the file never changes)."""
+    if n == 0:
+        return memoryview(b"")
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    if len(mm) != n:
+        raise ValueError("%s has %d bytes, want %d" % (path, len(mm), n))
+    return memoryview(mm)
+
+
+def body_range(v, body):
+    off, n = int(v["off"]), int(v["len"])
+    if off < 0 or n < 0 or off + n > len(body):
+        raise ProtocolError("value [%d:%d] outside a body of %d bytes" % (off, off + n, len(body)))
+    return memoryview(body)[off:off + n]
 
 
 class Encoder:

@@ -96,6 +96,20 @@ class ValueTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             daemon.Encoder().value({"loss": float("nan")})
 
+    @unittest.skipIf(numpy is None, "numpy not installed")
+    def test_mapped_file(self):
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(numpy.arange(6, dtype="<f4").tobytes())
+            f.flush()
+            a = daemon.decode_value({"kind": "array", "dtype": "float32", "shape": [2, 3],
+                                     "file": f.name, "len": 24}, b"")
+            numpy.testing.assert_array_equal(a, numpy.arange(6, dtype="f4").reshape(2, 3))
+            a[0, 0] = 42  # copy-on-write: the filter may write, the file stays
+            f.seek(0)
+            self.assertEqual(numpy.frombuffer(f.read(4), "<f4")[0], 0)
+            with self.assertRaises(ValueError):
+                daemon.decode_value({"kind": "bytes", "file": f.name, "len": 25}, b"")
+
     def test_slot(self):
         self.assertEqual(daemon.decode_value({"kind": "slot", "slot": "x"}, b"", {"x": 5}), 5)
         with self.assertRaises(daemon.ProtocolError):

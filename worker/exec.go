@@ -250,7 +250,7 @@ func (s *session) addBuild(ctx context.Context, b *batch) error {
 		if !ok {
 			continue
 		}
-		v, err := s.w.res.resolve(ctx, sv)
+		v, err := s.w.res.resolveForPipe(ctx, sv)
 		if err != nil {
 			return fmt.Errorf("worker: node %q: state: %w", n.ID, err)
 		}
@@ -270,7 +270,7 @@ func (s *session) addBuild(ctx context.Context, b *batch) error {
 // for the nodes downstream. It returns the reply index of each output the
 // plan names.
 func (s *session) addFeed(ctx context.Context, b *batch, input Value, targets *Value) (map[string]int, error) {
-	in, err := s.w.res.resolve(ctx, input)
+	in, err := s.w.res.resolveForPipe(ctx, input)
 	if err != nil {
 		return nil, fmt.Errorf("worker: input: %w", err)
 	}
@@ -279,7 +279,7 @@ func (s *session) addFeed(ctx context.Context, b *batch, input Value, targets *V
 	}
 	y := Value{Kind: KindNone}
 	if targets != nil {
-		t, err := s.w.res.resolve(ctx, *targets)
+		t, err := s.w.res.resolveForPipe(ctx, *targets)
 		if err != nil {
 			return nil, fmt.Errorf("worker: targets: %w", err)
 		}

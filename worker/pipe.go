@@ -35,6 +35,7 @@ type pipeValue struct {
 	Len    int64   `json:"len"`
 	Object any     `json:"object,omitempty"`
 	Slot   string  `json:"slot,omitempty"`
+	File   string  `json:"file,omitempty"`
 }
 
 // pipeReply is a reply head from the daemon.
@@ -87,6 +88,12 @@ func (b *pipeBody) value(v Value) (pipeValue, error) {
 		return pipeValue{Kind: KindNone}, nil
 	case KindObject:
 		return pipeValue{Kind: KindObject, Object: jsonable(v.Object)}, nil
+	case KindBytes, KindArray:
+		if v.file != "" {
+			return pipeValue{Kind: v.Kind, DType: v.DType, Shape: v.Shape, File: v.file, Len: v.size}, nil
+		}
+	}
+	switch v.Kind {
 	case KindBytes:
 		return pipeValue{Kind: KindBytes, Off: b.add(v.Data), Len: int64(len(v.Data))}, nil
 	case KindArray:

@@ -172,6 +172,11 @@ type Value struct {
 	Data   []byte  `msgpack:"data,omitempty"`
 	Ref    string  `msgpack:"ref,omitempty"`
 	Object any     `msgpack:"object"`
+
+	// file and size: on the worker, a verified blob that the daemon maps
+	// instead of receiving its bytes. Never on the wire.
+	file string
+	size int64
 }
 
 // PlanState is where a plan is.
