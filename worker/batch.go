@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 )
 
 // batch is several daemon requests sent as one frame (daemon.py's batch
@@ -11,9 +12,10 @@ import (
 // no-op plan made five). The daemon runs them in order and stops at the
 // first failure, except for an end op, which always runs.
 type batch struct {
-	ops  []map[string]any
-	refs []opRef
-	body pipeBody
+	ops   []map[string]any
+	refs  []opRef
+	body  pipeBody
+	temps []string // files to remove once the batch has run (the daemon maps them)
 }
 
 // opRef says what an op was, for error messages.
@@ -75,6 +77,8 @@ type batchReply struct {
 // send runs b in the daemon. The first failed op becomes the error: a
 // cancelled call the ctx's cause, a filter's exception a *FilterError.
 func (s *session) send(ctx context.Context, b *batch) ([]batchReply, error) {
+	// A mapped file stays readable after its name is gone.
+	defer b.removeTemps()
 	r, body, err := s.d.call(ctx, map[string]any{"op": "batch", "ops": b.ops}, &b.body)
 	if err != nil {
 		if errors.Is(err, ErrDaemonDied) {
@@ -163,4 +167,20 @@ func describeOps(refs []opRef) string {
 		calls += fmt.Sprintf(" (and %d more calls)", n-3)
 	}
 	return "one of: " + calls
+}
+
+// track makes v's file the batch's to remove, if it is temporary.
+func (b *batch) track(v Value) Value {
+	if v.temp {
+		b.temps = append(b.temps, v.file)
+	}
+	return v
+}
+
+// removeTemps removes the batch's temporary files; it may run twice.
+func (b *batch) removeTemps() {
+	for _, p := range b.temps {
+		os.Remove(p)
+	}
+	b.temps = nil
 }

@@ -55,6 +55,7 @@ func (s *session) oneShot(ctx context.Context, running func()) (map[string]Value
 	}
 	running()
 	b := &batch{}
+	defer b.removeTemps()
 	if err := s.addBuild(ctx, b); err != nil {
 		return nil, nil, err
 	}
@@ -254,6 +255,7 @@ func (s *session) addBuild(ctx context.Context, b *batch) error {
 		if err != nil {
 			return fmt.Errorf("worker: node %q: state: %w", n.ID, err)
 		}
+		b.track(v)
 		if v.Kind != KindBytes {
 			return fmt.Errorf("%w: node %q: state is %s, want bytes", ErrInvalidPlan, n.ID, v.Kind)
 		}
@@ -274,6 +276,7 @@ func (s *session) addFeed(ctx context.Context, b *batch, input Value, targets *V
 	if err != nil {
 		return nil, fmt.Errorf("worker: input: %w", err)
 	}
+	b.track(in)
 	if err := b.put("input", in); err != nil {
 		return nil, err
 	}
@@ -283,6 +286,7 @@ func (s *session) addFeed(ctx context.Context, b *batch, input Value, targets *V
 		if err != nil {
 			return nil, fmt.Errorf("worker: targets: %w", err)
 		}
+		b.track(t)
 		// Targets matter only to fit: a forward does not send them.
 		if s.p.Mode == Fit {
 			if err := b.put("targets", t); err != nil {

@@ -67,6 +67,10 @@ func TestFitThenForward(t *testing.T) {
 			}
 		})
 	}
+	// Zarr rows are decoded into files the daemon maps; none may stay.
+	if left, _ := os.ReadDir(filepath.Join(tw.w.o.WorkDir, "tmp")); len(left) != 0 {
+		t.Errorf("%d temporary files left in the work folder, want 0", len(left))
+	}
 }
 
 // TestStateRefused: a state that does not load fails the plan with the

@@ -173,10 +173,12 @@ type Value struct {
 	Ref    string  `msgpack:"ref,omitempty"`
 	Object any     `msgpack:"object"`
 
-	// file and size: on the worker, a verified blob that the daemon maps
-	// instead of receiving its bytes. Never on the wire.
+	// file and size: on the worker, a file the daemon maps instead of
+	// receiving its bytes (a verified blob, or decoded zarr rows). Never
+	// on the wire.
 	file string
 	size int64
+	temp bool // file is the worker's to remove once the daemon has mapped it
 }
 
 // PlanState is where a plan is.

@@ -150,6 +150,7 @@ func (s *session) streamed(ctx context.Context, next func(context.Context) (*Str
 	}
 	running()
 	b := &batch{}
+	defer b.removeTemps()
 	if err := s.addBuild(ctx, b); err != nil {
 		return nil, nil, err
 	}
@@ -220,6 +221,7 @@ func (s *session) streamed(ctx context.Context, next func(context.Context) (*Str
 // feedChunk runs one chunk through the built filters (one round trip).
 func (s *session) feedChunk(ctx context.Context, input Value) (map[string]Value, error) {
 	b := &batch{}
+	defer b.removeTemps()
 	outs, err := s.addFeed(ctx, b, input, nil)
 	if err != nil {
 		return nil, err
@@ -252,6 +254,7 @@ func (s *session) fitGathered(ctx context.Context, inputs, targets []Value) (map
 		tp = &t
 	}
 	b := &batch{}
+	defer b.removeTemps()
 	outs, err := s.addFeed(ctx, b, in, tp)
 	if err != nil {
 		return nil, nil, err

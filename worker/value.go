@@ -63,6 +63,7 @@ func checkArrayLen(v Value, n int64) error {
 type resolver struct {
 	store *fsstore.Store // nil: blob refs are refused
 	cache *zarr.Cache    // node-local chunk cache for zarr refs, may be nil
+	tmp   string         // node-local folder for decoded zarr rows the daemon maps; "" = inline
 }
 
 // resolve returns v with its bytes inline. An inline value is checked and
@@ -92,6 +93,9 @@ func (r *resolver) resolve(ctx context.Context, v Value) (Value, error) {
 // keeps the file unchanged).
 func (r *resolver) resolveForPipe(ctx context.Context, v Value) (Value, error) {
 	scheme, digest, _ := strings.Cut(v.Ref, ":")
+	if scheme == "zarr" && r.tmp != "" {
+		return r.resolveZarrToFile(ctx, digest)
+	}
 	if scheme != "blob" || r.store == nil || (v.Kind != KindArray && v.Kind != KindBytes) {
 		return r.resolve(ctx, v)
 	}
@@ -142,14 +146,27 @@ func (r *resolver) resolveBlob(ctx context.Context, v Value, digest string) (Val
 }
 
 func (r *resolver) resolveZarr(ctx context.Context, rest string) (Value, error) {
+	a, start, stop, err := r.openZarr(ctx, rest)
+	if err != nil {
+		return Value{}, err
+	}
+	d, err := a.ReadRows(ctx, start, stop)
+	if err != nil {
+		return Value{}, fmt.Errorf("%w: %q: %w", ErrRef, "zarr:"+rest, err)
+	}
+	return ArrayValue(d), nil
+}
+
+// openZarr opens the array of a zarr reference and returns its row range.
+func (r *resolver) openZarr(ctx context.Context, rest string) (*zarr.Array, int64, int64, error) {
 	ref := "zarr:" + rest
 	path, query, _ := strings.Cut(rest, "?")
 	if path == "" {
-		return Value{}, fmt.Errorf("%w: %q: no array path", ErrRef, ref)
+		return nil, 0, 0, fmt.Errorf("%w: %q: no array path", ErrRef, ref)
 	}
 	if !filepath.IsAbs(path) {
 		if r.store == nil {
-			return Value{}, fmt.Errorf("%w: %q: a relative path needs a store root (start soma-worker with --root, or give an absolute path)", ErrRef, ref)
+			return nil, 0, 0, fmt.Errorf("%w: %q: a relative path needs a store root (start soma-worker with --root, or give an absolute path)", ErrRef, ref)
 		}
 		path = filepath.Join(r.store.Root(), path)
 	}
@@ -158,25 +175,43 @@ func (r *resolver) resolveZarr(ctx context.Context, rest string) (Value, error) 
 		if k, v, ok := strings.Cut(kv, "="); ok && k == "rows" {
 			rows = v
 		} else if kv != "" {
-			return Value{}, fmt.Errorf("%w: %q: unknown parameter %q (want rows=A:B)", ErrRef, ref, kv)
+			return nil, 0, 0, fmt.Errorf("%w: %q: unknown parameter %q (want rows=A:B)", ErrRef, ref, kv)
 		}
 	}
 	a, err := zarr.Open(ctx, path, zarr.Options{Cache: r.cache})
 	if err != nil {
-		return Value{}, fmt.Errorf("%w: %q: %w", ErrRef, ref, err)
+		return nil, 0, 0, fmt.Errorf("%w: %q: %w", ErrRef, ref, err)
+	}
+	if len(a.Shape()) == 0 {
+		return nil, 0, 0, fmt.Errorf("%w: %q: a 0-dimensional array has no rows", ErrRef, ref)
 	}
 	start, stop := int64(0), a.Shape()[0]
 	if rows != "" {
 		start, stop, err = zarr.ParseRowRange(rows, a.Shape()[0])
 		if err != nil {
-			return Value{}, fmt.Errorf("%w: %q: %w", ErrRef, ref, err)
+			return nil, 0, 0, fmt.Errorf("%w: %q: %w", ErrRef, ref, err)
 		}
 	}
-	d, err := a.ReadRows(ctx, start, stop)
+	return a, start, stop, nil
+}
+
+// resolveZarrToFile decodes a zarr reference's rows into a file under
+// r.tmp that the daemon maps (zarrRowsToFile); where that is not
+// possible the rows are resolved inline.
+func (r *resolver) resolveZarrToFile(ctx context.Context, rest string) (Value, error) {
+	a, start, stop, err := r.openZarr(ctx, rest)
 	if err != nil {
-		return Value{}, fmt.Errorf("%w: %q: %w", ErrRef, ref, err)
+		return Value{}, err
 	}
-	return ArrayValue(d), nil
+	path, size, err := zarrRowsToFile(ctx, a, start, stop, r.tmp)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return r.resolveZarr(ctx, rest)
+	}
+	if err != nil {
+		return Value{}, fmt.Errorf("%w: %q: %w", ErrRef, "zarr:"+rest, err)
+	}
+	shape := append([]int64{stop - start}, a.Shape()[1:]...)
+	return Value{Kind: KindArray, DType: a.DataType().String(), Shape: shape, file: path, size: size, temp: true}, nil
 }
 
 // deliver returns an output value as the result carries it: inline up to

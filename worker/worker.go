@@ -141,7 +141,7 @@ func New(o Options) (*Worker, error) {
 	if maxPlans <= 0 {
 		maxPlans = max(o.Resources.CPUs, runtime.NumCPU())
 	}
-	for _, sub := range []string{"plans", "files"} {
+	for _, sub := range []string{"plans", "files", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(o.WorkDir, sub), 0o755); err != nil {
 			return nil, fmt.Errorf("worker: work folder: %w", err)
 		}
@@ -156,7 +156,7 @@ func New(o Options) (*Worker, error) {
 		pool:  &daemonPool{script: script, grace: o.CancelGrace, maxIdle: o.IdleDaemons, logger: o.Logger},
 		gpus:  NewGPUSet(o.Resources.GPUs),
 		slots: make(chan struct{}, maxPlans),
-		res:   &resolver{store: o.Store, cache: o.ZarrCache},
+		res:   &resolver{store: o.Store, cache: o.ZarrCache, tmp: filepath.Join(o.WorkDir, "tmp")},
 		plans: map[string]*planRecord{},
 
 		keepBytes: keepBytes,
