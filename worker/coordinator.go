@@ -17,7 +17,7 @@ import (
 // CoordinatorOptions configure NewCoordinator.
 type CoordinatorOptions struct {
 	// Token is the bearer token every request must carry; "" accepts
-	// all (only for a loopback listener: CheckListenToken).
+	// all (only for a loopback listener: CheckListen).
 	Token string
 	// Timeout is the heartbeat timeout for workers and leases; zero means
 	// DefaultHeartbeatTimeout.
@@ -108,7 +108,7 @@ type CoordinatorError struct {
 
 func (c *coordinator) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !coordBearerOK(r, c.token) {
+		if !bearerOK(r, c.token) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="soma-coordinator"`)
 			coordWriteJSON(w, http.StatusUnauthorized, CoordinatorError{Error: "missing or wrong bearer token (send Authorization: Bearer <the token in the coordinator's --token-file>)"})
 			return

@@ -16,8 +16,6 @@ import (
 	"time"
 )
 
-const testToken = "0123456789abcdef-token"
-
 // call sends one request to a coordinator over loopback HTTP and decodes
 // the JSON answer into out (if non-nil).
 func call(t *testing.T, srv *httptest.Server, method, path, token string, body any, out any) int {
@@ -226,7 +224,7 @@ func TestNewCoordinatorStartsNoGoroutine(t *testing.T) {
 	}
 }
 
-func TestLoadTokenFile(t *testing.T) {
+func TestReadTokenFileRules(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string, mode os.FileMode) string {
 		p := filepath.Join(dir, name)
@@ -249,31 +247,31 @@ func TestLoadTokenFile(t *testing.T) {
 		{"world readable", testToken, 0o644, "chmod 600 ", false},
 		{"group readable", testToken, 0o640, "mode 0640", false},
 		{"short", "abc\n", 0o600, "at least 16", false},
-		{"two words", testToken + " x", 0o600, "one word", false},
+		{"two words", testToken + " x", 0o600, "one token on one line", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := write(strings.ReplaceAll(tc.name, " ", "-"), tc.content, tc.mode)
-			got, err := LoadTokenFile(p)
+			got, err := ReadTokenFile(p)
 			if tc.ok {
 				if err != nil || got != tc.want {
-					t.Errorf("LoadTokenFile = %q, %v, want %q", got, err, tc.want)
+					t.Errorf("ReadTokenFile = %q, %v, want %q", got, err, tc.want)
 				}
 				return
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("LoadTokenFile = %q, %v, want an error containing %q", got, err, tc.want)
+				t.Errorf("ReadTokenFile = %q, %v, want an error containing %q", got, err, tc.want)
 			}
-			if tc.mode&0o077 != 0 && (!errors.Is(err, ErrTokenFileMode) || !strings.Contains(err.Error(), p)) {
-				t.Errorf("error %v does not name the file %s or wrap ErrTokenFileMode", err, p)
+			if tc.mode&0o077 != 0 && (!errors.Is(err, ErrTokenFile) || !strings.Contains(err.Error(), p)) {
+				t.Errorf("error %v does not name the file %s or wrap ErrTokenFile", err, p)
 			}
 		})
 	}
-	if _, err := LoadTokenFile(filepath.Join(dir, "missing")); err == nil {
+	if _, err := ReadTokenFile(filepath.Join(dir, "missing")); err == nil {
 		t.Errorf("a missing token file was accepted")
 	}
 }
 
-func TestCheckListenToken(t *testing.T) {
+func TestCheckListenAddresses(t *testing.T) {
 	for _, tc := range []struct {
 		addr, token string
 		ok          bool
@@ -288,9 +286,9 @@ func TestCheckListenToken(t *testing.T) {
 		{"0.0.0.0:7071", testToken, true},
 		{"no-port", "", false},
 	} {
-		err := CheckListenToken(tc.addr, tc.token)
+		err := CheckListen(tc.addr, tc.token)
 		if (err == nil) != tc.ok {
-			t.Errorf("CheckListenToken(%q, %q) = %v, want ok %v", tc.addr, tc.token, err, tc.ok)
+			t.Errorf("CheckListen(%q, %q) = %v, want ok %v", tc.addr, tc.token, err, tc.ok)
 		}
 	}
 }

@@ -116,11 +116,11 @@ func serve(ctx context.Context, o options) error {
 	}
 	token := ""
 	if o.tokenFile != "" {
-		if token, err = worker.LoadTokenFile(o.tokenFile); err != nil {
+		if token, err = worker.ReadTokenFile(o.tokenFile); err != nil {
 			return err
 		}
 	}
-	if err := worker.CheckListenToken(o.listen, token); err != nil {
+	if err := worker.CheckListen(o.listen, token); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", o.listen)

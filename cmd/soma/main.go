@@ -44,6 +44,7 @@ login node while 64 array tasks work, or from your laptop.
    soma status /scratch/$USER/soma --watch         ... and as it changes
    soma best   /scratch/$USER/soma --study lr      the best point so far
    soma report /scratch/$USER/soma --study lr -o report.html
+   soma run --worker http://node12:7070 plan.toml  a plan on a soma-worker
 
 Run 'soma COMMAND --help' for a command's flags and examples.
 
@@ -75,7 +76,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			case first == "help" && c.NArg() == 1:
 				return cli.ShowAppHelp(c)
 			case c.Args().Present():
-				return usagef("unknown command %q (commands: status, trials, best, logs, report, init, gc, slurm, zarr)", first)
+				return usagef("unknown command %q (commands: status, trials, best, logs, report, init, gc, slurm, zarr, run)", first)
 			}
 			if err := cli.ShowAppHelp(c); err != nil {
 				return err
@@ -93,6 +94,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			newSlurmCommand(),
 			newZarrCommand(),
 			newWorkersCommand(),
+			newRunCommand(),
 		},
 	}
 	for _, cmd := range app.Commands {

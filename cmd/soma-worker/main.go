@@ -1,0 +1,260 @@
+// Command soma-worker is soma's per-node daemon: it runs plans of Python
+// filters where the hardware is, in pooled virtual environments, with the
+// node's GPUs handed to plans exclusively.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/worker"
+	"github.com/soma-hpc/soma/zarr"
+)
+
+// Exit statuses (documented in --help).
+const (
+	exitOK    = 0 // stopped by a signal after a clean shutdown
+	exitError = 1 // could not start or serve: the message says why
+	exitUsage = 2 // bad flags
+)
+
+func main() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) }
+
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+const description = `soma-worker runs once per node and executes plans of Python filters sent
+to it (soma run, or worker.Client from Go): each plan in a Python process
+started from the plan's environment (a venv built from its requirements,
+pooled by content under --env-dir and kept warm for the next plan), with
+the GPUs it asks for given to it alone (CUDA_VISIBLE_DEVICES).
+
+   # a laptop: loopback needs no token
+   soma-worker --root ~/soma --python /usr/bin/python3
+
+   # a Slurm node: one per node, reachable from the cluster, with a token
+   openssl rand -hex 32 > ~/.soma/token && chmod 600 ~/.soma/token
+   srun --ntasks-per-node=1 soma-worker --root /scratch/$USER/soma \
+        --listen 0.0.0.0:7070 --token-file ~/.soma/token --tag torch \
+        --python /usr/bin/python3
+
+   soma run --worker http://node12:7070 --token-file ~/.soma/token plan.toml
+
+THE STORE (--root) is the soma folder, usually on the shared filesystem:
+plans may send values as blob:sha256:... references and zarr:PATH?rows=A:B
+(PATH relative to the root), the Python files by digest, and large outputs
+and trained states come back as blob references. Without --root every
+value travels inline.
+
+SAFETY: a worker runs whatever code a plan ships. It refuses to listen
+beyond loopback without --token-file, and refuses a token file that group
+or others can read (fix: chmod 600 FILE). Requests carry the token as
+"Authorization: Bearer TOKEN".
+
+THE INTERPRETER is explicit: --python or $SOMA_PYTHON; there is no silent
+fallback to whatever python3 is on PATH. Plans' venvs are built from it
+(offline-friendly: a plan may ask for --system-site-packages, pip
+--no-index --find-links DIR, or an index URL).
+
+ENDPOINTS: POST /plans, GET /plans/ID, DELETE /plans/ID (cancel),
+GET /plans/stream (WebSocket), GET /health (no token), GET /capabilities.
+
+EXIT STATUS: 0 stopped by SIGINT/SIGTERM after a clean shutdown; 1 could
+not start or serve (one line on stderr says why); 2 bad usage.`
+
+func newApp(stdout, stderr io.Writer) *cli.App {
+	return &cli.App{
+		Name:            "soma-worker",
+		Usage:           "run plans of Python filters on this node (one per node)",
+		UsageText:       "soma-worker --python PY [--root ROOT] [--listen ADDR --token-file FILE] [flags]",
+		Description:     description,
+		Writer:          stdout,
+		ErrWriter:       stderr,
+		HideHelpCommand: true,
+		ExitErrHandler:  func(*cli.Context, error) {},
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return usageError{err}
+		},
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "root", Usage: "the soma folder (store) for references, shipped files and large outputs", EnvVars: []string{"SOMA_ROOT"}},
+			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7070", Usage: "address to serve on; beyond loopback needs --token-file"},
+			&cli.StringFlag{Name: "token-file", Usage: "file holding the bearer token (mode 600)", EnvVars: []string{"SOMA_TOKEN_FILE"}},
+			&cli.StringSliceFlag{Name: "tag", Usage: "a tag to advertise (repeatable), e.g. --tag torch --tag a100"},
+			&cli.StringFlag{Name: "python", Usage: "the interpreter plans' venvs are built from (required)", EnvVars: []string{"SOMA_PYTHON"}},
+			&cli.StringFlag{Name: "env-dir", Usage: "node-local folder of pooled venvs (default: $SLURM_TMPDIR or $TMPDIR/soma-envs-UID)"},
+			&cli.StringFlag{Name: "work-dir", Usage: "node-local folder for plan logs and shipped files (default: next to --env-dir)"},
+			&cli.StringFlag{Name: "zarr-cache", Usage: "node-local Zarr chunk cache (default: as soma zarr, $SOMA_ZARR_CACHE)"},
+			&cli.Int64Flag{Name: "max-env-bytes", Usage: "evict least recently used venvs past this size (0: the pool's default)"},
+			&cli.IntFlag{Name: "max-cpus", Usage: "CPUs to offer (0: all the node's, or Slurm's share)"},
+			&cli.StringFlag{Name: "max-memory", Usage: "memory to offer, e.g. 64GiB (empty: all)"},
+			&cli.IntFlag{Name: "max-gpus", Usage: "GPUs to offer (0: all visible ones)"},
+			&cli.IntFlag{Name: "max-plans", Usage: "plans run at once (0: one per CPU)"},
+			&cli.DurationFlag{Name: "plan-timeout", Value: worker.DefaultPlanTimeout, Usage: "timeout of a plan that sets none"},
+			&cli.DurationFlag{Name: "cancel-grace", Value: worker.DefaultCancelGrace, Usage: "between SIGINT and SIGKILL for a cancelled plan"},
+			&cli.StringFlag{Name: "nvml", Usage: "path of libnvidia-ml.so.1 (default: the loader's search)"},
+			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log each daemon start and plan"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("unexpected arguments %q (soma-worker takes only flags)", c.Args().Slice())
+			}
+			return serve(c, stderr)
+		},
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := newApp(stdout, stderr).RunContext(ctx, args)
+	var ue usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "soma-worker: %s (see soma-worker --help)\n", err)
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "soma-worker: %s\n", strings.TrimRight(err.Error(), "\n"))
+		return exitError
+	}
+}
+
+// serve wires the flags to the worker package and serves until a signal.
+func serve(c *cli.Context, stderr io.Writer) error {
+	level := slog.LevelWarn
+	if c.Bool("verbose") {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	python := c.String("python")
+	if python == "" {
+		return usagef("no Python interpreter: pass --python /path/to/python3 or set SOMA_PYTHON (soma never guesses from PATH)")
+	}
+	token := ""
+	if f := c.String("token-file"); f != "" {
+		t, err := worker.ReadTokenFile(f)
+		if err != nil {
+			return err
+		}
+		token = t
+	}
+	if err := worker.CheckListen(c.String("listen"), token); err != nil {
+		return err
+	}
+	limits, err := limitsOf(c)
+	if err != nil {
+		return err
+	}
+	var store *fsstore.Store
+	if root := c.String("root"); root != "" {
+		if store, err = fsstore.Open(root, fsstore.Options{Create: true}); err != nil {
+			return err
+		}
+	}
+	envDir, workDir := dirsOf(c)
+	envs, err := worker.NewEnvPool(worker.EnvOptions{Dir: envDir, Python: python, MaxBytes: c.Int64("max-env-bytes"), Logger: logger})
+	if err != nil {
+		return err
+	}
+	res, err := worker.DetectResources(worker.ResourceOptions{Limits: limits, NVMLPath: c.String("nvml"), Env: os.Getenv})
+	if err != nil {
+		return err
+	}
+	if res.GPUNote != "" {
+		fmt.Fprintf(stderr, "soma-worker: no GPUs: %s\n", res.GPUNote)
+	}
+	zdir := c.String("zarr-cache")
+	if zdir == "" {
+		zdir = zarr.DefaultCacheDir()
+	}
+	cache, err := zarr.OpenCache(zdir, zarr.CacheOptions{})
+	if err != nil {
+		return err
+	}
+	w, err := worker.New(worker.Options{
+		Store: store, Envs: envs, Python: python, WorkDir: workDir, ZarrCache: cache,
+		Resources: res, Limits: limits, Tags: c.StringSlice("tag"),
+		PlanTimeout: c.Duration("plan-timeout"), CancelGrace: c.Duration("cancel-grace"), Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	ln, err := net.Listen("tcp", c.String("listen"))
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	fmt.Fprintf(stderr, "soma-worker: serving http://%s (%d CPUs, %d GPUs, python %s)\n", ln.Addr(), res.CPUs, len(res.GPUs), python)
+	return worker.NewServer(w, token).Serve(c.Context, ln)
+}
+
+// dirsOf returns the env and work folders: node-local by default.
+func dirsOf(c *cli.Context) (envDir, workDir string) {
+	base := os.Getenv("SLURM_TMPDIR")
+	if base == "" {
+		base = os.TempDir()
+	}
+	envDir = c.String("env-dir")
+	if envDir == "" {
+		envDir = filepath.Join(base, "soma-envs-"+strconv.Itoa(os.Getuid()))
+	}
+	workDir = c.String("work-dir")
+	if workDir == "" {
+		workDir = filepath.Join(filepath.Dir(filepath.Clean(envDir)), "soma-worker-"+strconv.Itoa(os.Getuid()))
+	}
+	return envDir, workDir
+}
+
+func limitsOf(c *cli.Context) (worker.Limits, error) {
+	l := worker.Limits{MaxCPUs: c.Int("max-cpus"), MaxGPUs: c.Int("max-gpus"), MaxPlans: c.Int("max-plans")}
+	if l.MaxCPUs < 0 || l.MaxGPUs < 0 || l.MaxPlans < 0 {
+		return l, usagef("--max-cpus, --max-gpus and --max-plans must be 0 (no limit) or more")
+	}
+	if s := c.String("max-memory"); s != "" {
+		n, err := parseBytes(s)
+		if err != nil {
+			return l, usagef("--max-memory %q: %v", s, err)
+		}
+		l.MaxMemory = n
+	}
+	return l, nil
+}
+
+// parseBytes reads 512MiB, 64GiB, 1.5TB or a plain byte count.
+func parseBytes(s string) (uint64, error) {
+	units := []struct {
+		suffix string
+		mult   float64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(s, u.suffix); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+			if err != nil || f < 0 {
+				return 0, fmt.Errorf("want a size such as 64GiB")
+			}
+			return uint64(f * u.mult), nil
+		}
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("want a size such as 64GiB")
+	}
+	return n, nil
+}

@@ -1,0 +1,352 @@
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/worker"
+	"github.com/soma-hpc/soma/zarr"
+)
+
+const runDescription = `Sends a plan (a TOML file) to a soma-worker, waits, and prints the
+result: each output, the trained states of a fit (blob references to send
+back with --state, or in the plan's [states]), the filters' printed
+output, and on failure the error and the Python traceback. ^C cancels the
+plan on the worker. Exits 1 when the plan fails or is cancelled.
+
+EXAMPLES:
+   soma run --worker http://127.0.0.1:7070 examples/worker-digits/fit.toml
+   soma run --worker http://node12:7070 --token-file ~/.soma/token plan.toml --json
+   soma run --worker URL forward.toml --state scale=blob:sha256:9f86... --save-dir out/
+
+A PLAN FILE (paths relative to it):
+   id = "digits-fit"
+   mode = "fit"                       # or "forward"
+   seed = 1
+   timeout = "10m"                    # optional; the worker's default otherwise
+   outputs = ["clf"]                  # optional; default: the last node
+   [env]
+   requirements = []                  # pip specs; system_site_packages, no_index,
+   system_site_packages = true        #   find_links, index_url for offline nodes
+   [input]                            # one of: npy = "X.npy", ref = "zarr:data/x.zarr?rows=0:100",
+   npy = "X.npy"                      #   ref = "blob:sha256:..." (with dtype, shape),
+   [targets]                          #   dtype + shape + values = [...], object = ...
+   npy = "y.npy"
+   [[nodes]]
+   id = "scale"
+   file = "filters.py"                # shipped with the plan
+   class = "Standardize"
+   [[nodes]]
+   id = "clf"
+   file = "filters.py"
+   class = "Classifier"
+   inputs = ["scale"]
+   [nodes.config]                     # keyword arguments of the class
+   k = 3`
+
+func newRunCommand() *cli.Command {
+	return &cli.Command{
+		Name:        "run",
+		Usage:       "run a plan of Python filters on a soma-worker and print the result",
+		UsageText:   "soma run --worker URL [--token-file FILE] PLAN.toml [--json] [--state NODE=REF]... [--save-dir DIR]",
+		Description: runDescription,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "worker", Usage: "the worker's URL, http://HOST:PORT (required)", EnvVars: []string{"SOMA_WORKER"}},
+			&cli.StringFlag{Name: "token-file", Usage: "file holding the worker's bearer token (mode 600)", EnvVars: []string{"SOMA_TOKEN_FILE"}},
+			&cli.StringFlag{Name: "root", Usage: "the worker's --root, if this machine sees it too: files and large outputs go through it"},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+			&cli.StringSliceFlag{Name: "state", Usage: "NODE=blob:sha256:... a trained state to load (repeatable; overrides the plan's [states])"},
+			&cli.StringFlag{Name: "save-dir", Usage: "write each array output to DIR/NODE.npy"},
+		},
+		Action: runPlan,
+	}
+}
+
+func runPlan(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return usagef("want one PLAN.toml, got %d arguments", c.NArg())
+	}
+	url := c.String("worker")
+	if url == "" {
+		return usagef("no --worker URL (e.g. --worker http://127.0.0.1:7070)")
+	}
+	p, err := worker.ParsePlanFile(c.Args().First())
+	if err != nil {
+		return err
+	}
+	if err := applyStates(p, c.StringSlice("state")); err != nil {
+		return err
+	}
+	token := ""
+	if f := c.String("token-file"); f != "" {
+		if token, err = worker.ReadTokenFile(f); err != nil {
+			return err
+		}
+	}
+	client, err := worker.NewClient(url, token, nil)
+	if err != nil {
+		return usageError{err}
+	}
+	var store *fsstore.Store
+	if root := c.String("root"); root != "" {
+		if store, err = fsstore.Open(root, fsstore.Options{}); err != nil {
+			return err
+		}
+		client.Store = store
+	}
+	res, err := client.Run(c.Context, p)
+	if err != nil {
+		return err
+	}
+	if dir := c.String("save-dir"); dir != "" && res.State == worker.StateSucceeded {
+		if err := saveOutputs(c, dir, store, res); err != nil {
+			return err
+		}
+	}
+	if c.Bool("json") {
+		err = writeResultJSON(c.App.Writer, res)
+	} else {
+		err = writeResultText(c.App.Writer, res)
+	}
+	if err != nil {
+		return err
+	}
+	if res.State != worker.StateSucceeded {
+		return errPlanFailed{res.State}
+	}
+	return nil
+}
+
+// errPlanFailed exits 1 after the result has been printed.
+type errPlanFailed struct{ state worker.PlanState }
+
+func (e errPlanFailed) Error() string { return "plan " + string(e.state) }
+
+func applyStates(p *worker.Plan, specs []string) error {
+	for _, s := range specs {
+		node, ref, ok := strings.Cut(s, "=")
+		if !ok || !strings.HasPrefix(ref, "blob:") {
+			return usagef("--state %q: want NODE=blob:sha256:...", s)
+		}
+		if p.States == nil {
+			p.States = map[string]worker.Value{}
+		}
+		p.States[node] = worker.Value{Kind: worker.KindBytes, Ref: ref}
+	}
+	return worker.ValidatePlan(p)
+}
+
+// describe returns one line about a value.
+func describe(v worker.Value) string {
+	switch v.Kind {
+	case worker.KindArray:
+		where := fmt.Sprintf("inline, %d bytes", len(v.Data))
+		if v.Ref != "" {
+			where = v.Ref
+		}
+		s := fmt.Sprintf("%s%v (%s)", v.DType, v.Shape, where)
+		if v.Ref == "" {
+			if vals, err := numbers(v, 8); err == nil {
+				s += ": " + strings.Trim(fmt.Sprint(vals), "[]")
+				if int64(len(vals)) < elements(v) {
+					s += " ..."
+				}
+			}
+		}
+		return s
+	case worker.KindBytes:
+		if v.Ref != "" {
+			return v.Ref
+		}
+		return fmt.Sprintf("%d bytes inline", len(v.Data))
+	case worker.KindObject:
+		b, _ := json.Marshal(v.Object)
+		return string(b)
+	}
+	return "None"
+}
+
+func elements(v worker.Value) int64 {
+	n := int64(1)
+	for _, s := range v.Shape {
+		n *= s
+	}
+	return n
+}
+
+// numbers decodes up to limit elements of an inline array (all if limit
+// is negative).
+func numbers(v worker.Value, limit int) ([]any, error) {
+	t, err := zarr.ParseDataType(v.DType)
+	if err != nil {
+		return nil, err
+	}
+	d := &zarr.Data{Type: t, Shape: v.Shape, Bytes: v.Data}
+	n := d.Len()
+	if limit >= 0 && int64(limit) < n {
+		n = int64(limit)
+	}
+	out := make([]any, n)
+	for i := range n {
+		x := d.At(i)
+		if f, ok := x.(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
+			x = fmt.Sprint(f)
+		}
+		if f, ok := x.(float32); ok && (math.IsNaN(float64(f)) || math.IsInf(float64(f), 0)) {
+			x = fmt.Sprint(f)
+		}
+		out[i] = x
+	}
+	return out, nil
+}
+
+func writeResultText(w io.Writer, r *worker.Result) error {
+	fmt.Fprintf(w, "plan %s: %s in %.1f ms\n", r.ID, r.State, r.DurationMS)
+	for _, id := range sortedKeys(r.Outputs) {
+		fmt.Fprintf(w, "output %s: %s\n", id, describe(r.Outputs[id]))
+	}
+	for _, id := range sortedKeys(r.States) {
+		fmt.Fprintf(w, "state %s: %s\n", id, describe(r.States[id]))
+	}
+	if r.Error != "" {
+		fmt.Fprintf(w, "error: %s\n", r.Error)
+	}
+	if r.Traceback != "" {
+		fmt.Fprintf(w, "traceback:\n%s", indentLines(r.Traceback))
+	}
+	if r.LogTail != "" {
+		fmt.Fprintf(w, "log (what the filters printed):\n%s", indentLines(r.LogTail))
+	}
+	return nil
+}
+
+func indentLines(s string) string {
+	s = strings.TrimRight(s, "\n")
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ") + "\n"
+}
+
+func sortedKeys(m map[string]worker.Value) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// jsonValue is a value in soma run --json.
+type jsonValue struct {
+	Kind   string  `json:"kind"`
+	DType  string  `json:"dtype,omitempty"`
+	Shape  []int64 `json:"shape,omitempty"`
+	Ref    string  `json:"ref,omitempty"`
+	Values []any   `json:"values,omitempty"`
+	Bytes  int     `json:"bytes,omitempty"`
+	Object any     `json:"object,omitempty"`
+}
+
+type jsonResult struct {
+	ID         string               `json:"id"`
+	State      string               `json:"state"`
+	DurationMS float64              `json:"duration_ms"`
+	Outputs    map[string]jsonValue `json:"outputs,omitempty"`
+	States     map[string]jsonValue `json:"states,omitempty"`
+	Error      string               `json:"error,omitempty"`
+	Traceback  string               `json:"traceback,omitempty"`
+	Log        string               `json:"log,omitempty"`
+}
+
+func toJSON(v worker.Value) jsonValue {
+	j := jsonValue{Kind: string(v.Kind), DType: v.DType, Shape: v.Shape, Ref: v.Ref, Object: v.Object}
+	if v.Kind == worker.KindArray && v.Ref == "" {
+		j.Values, _ = numbers(v, -1)
+	}
+	if v.Kind == worker.KindBytes && v.Ref == "" {
+		j.Bytes = len(v.Data)
+	}
+	return j
+}
+
+func writeResultJSON(w io.Writer, r *worker.Result) error {
+	out := jsonResult{ID: r.ID, State: string(r.State), DurationMS: r.DurationMS, Error: r.Error, Traceback: r.Traceback, Log: r.LogTail}
+	if len(r.Outputs) > 0 {
+		out.Outputs = map[string]jsonValue{}
+		for k, v := range r.Outputs {
+			out.Outputs[k] = toJSON(v)
+		}
+	}
+	if len(r.States) > 0 {
+		out.States = map[string]jsonValue{}
+		for k, v := range r.States {
+			out.States[k] = toJSON(v)
+		}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+// saveOutputs writes each array output as DIR/NODE.npy (numpy.load reads
+// it), fetching blob references through --root.
+func saveOutputs(c *cli.Context, dir string, store *fsstore.Store, r *worker.Result) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for id, v := range r.Outputs {
+		if v.Kind != worker.KindArray {
+			continue
+		}
+		data := v.Data
+		if v.Ref != "" {
+			if store == nil {
+				return fmt.Errorf("output %s is %s: pass --root to fetch it", id, v.Ref)
+			}
+			d, err := fsstore.ParseDigest(strings.TrimPrefix(v.Ref, "blob:"))
+			if err != nil {
+				return err
+			}
+			if data, err = store.Get(c.Context, d); err != nil {
+				return err
+			}
+		}
+		path := filepath.Join(dir, id+".npy")
+		if err := fsstore.WriteFileAtomic(path, strings.NewReader(string(npyBytes(v.DType, v.Shape, data)))); err != nil {
+			return fmt.Errorf("save %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+var npyDescr = map[string]string{
+	"bool": "|b1", "int8": "|i1", "uint8": "|u1", "int16": "<i2", "uint16": "<u2", "int32": "<i4",
+	"uint32": "<u4", "int64": "<i8", "uint64": "<u8", "float32": "<f4", "float64": "<f8",
+}
+
+// npyBytes encodes a .npy file (format 1.0).
+func npyBytes(dtype string, shape []int64, data []byte) []byte {
+	dims := make([]string, len(shape))
+	for i, s := range shape {
+		dims[i] = fmt.Sprint(s)
+	}
+	tuple := strings.Join(dims, ", ")
+	if len(shape) == 1 {
+		tuple += ","
+	}
+	h := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", npyDescr[dtype], tuple)
+	pad := 64 - (10+len(h)+1)%64
+	h += strings.Repeat(" ", pad%64) + "\n"
+	out := append([]byte("\x93NUMPY\x01\x00"), 0, 0)
+	binary.LittleEndian.PutUint16(out[8:], uint16(len(h)))
+	out = append(out, h...)
+	return append(out, data...)
+}

@@ -1,0 +1,59 @@
+#!/bin/sh
+# bench-worker.sh: issue 14's benchmarks of soma-worker, side by side with
+# their floors measured in the same run, printed as one markdown table.
+#
+#   round trip  a warm no-op plan over loopback HTTP (p50, p99), against
+#               the same frame to an already running Python over a pipe,
+#               and a bare loopback HTTP request (goal: p50 < 5 ms)
+#   forward     a SOMA_BENCH_MB (default 100) MB float32 array by blob
+#               reference, by Zarr rows and inline, against reading the
+#               bytes from the store and a raw loopback TCP copy (goal:
+#               by reference within 1.5x of the store read)
+#
+# Usage: scripts/bench-worker.sh            (from anywhere in the repository)
+# Env:   SOMA_PYTHON    interpreter with numpy (default /usr/bin/python3)
+#        SOMA_BENCH_MB  array size in MB (default 100)
+#        N              iterations of each benchmark (default 30 round
+#                       trips, 5 forwards)
+set -eu
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+export SOMA_PYTHON=${SOMA_PYTHON:-/usr/bin/python3}
+"$SOMA_PYTHON" -c 'import numpy' 2>/dev/null || {
+	echo "bench-worker: $SOMA_PYTHON cannot import numpy (apt-get install python3-numpy)" >&2
+	exit 1
+}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/soma-bench-worker.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+echo "bench-worker: building and running worker's benchmarks" >&2
+(cd "$root" && go test -c -o "$tmp/worker.test" ./worker)
+cd "$root/worker"
+"$tmp/worker.test" -test.run '^$' -test.bench 'RoundTrip' -test.benchtime "${N:-30}x" >"$tmp/out.txt"
+"$tmp/worker.test" -test.run '^$' -test.bench 'Forward' -test.benchtime "${N:-5}x" >>"$tmp/out.txt"
+
+echo "## soma-worker: plans over loopback vs the floors (SOMA_BENCH_MB=${SOMA_BENCH_MB:-100}; load average $(cut -d' ' -f1 /proc/loadavg))"
+echo
+awk '
+/^Benchmark/ {
+	name = $1; sub(/^Benchmark/, "", name); sub(/-[0-9]+$/, "", name)
+	ms = $3 / 1e6; p50 = ""; p99 = ""; mbs = ""
+	for (i = 4; i < NF; i++) {
+		if ($(i+1) == "p50-ms") p50 = $i
+		if ($(i+1) == "p99-ms") p99 = $i
+		if ($(i+1) == "MB/s") mbs = $i
+	}
+	if (p50 == "") p50 = sprintf("%.3f", ms)
+	n[++rows] = name; P50[name] = p50; P99[name] = p99; MB[name] = mbs
+}
+END {
+	print "| benchmark | p50 ms | p99 ms | MB/s | vs floor (p50) |"
+	print "|---|---:|---:|---:|---|"
+	for (r = 1; r <= rows; r++) {
+		k = n[r]; vs = ""
+		if (k == "RoundTrip/soma-worker") vs = sprintf("%.1fx python-pipe, %.1fx loopback-http", P50[k] / P50["RoundTrip/python-pipe"], P50[k] / P50["RoundTrip/loopback-http"])
+		if (k == "Forward/blob" || k == "Forward/zarr") vs = sprintf("%.2fx store-read", P50[k] / P50["Forward/store-read"])
+		if (k == "Forward/inline") vs = sprintf("%.2fx loopback-copy", P50[k] / P50["Forward/loopback-copy"])
+		printf "| %s | %s | %s | %s | %s |\n", k, P50[k], P99[k], MB[k], vs
+	}
+}' "$tmp/out.txt"

@@ -1,0 +1,265 @@
+package worker
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/soma-hpc/soma/internal/testutil"
+	"github.com/soma-hpc/soma/zarr"
+)
+
+// Benchmarks of issue 14, printed side by side with their floors by
+// scripts/bench-worker.sh (make bench):
+//
+//	RoundTrip/soma-worker      a warm no-op plan over loopback HTTP
+//	RoundTrip/in-process       the same plan through Worker.Run (no HTTP)
+//	RoundTrip/python-pipe      floor: the same bytes to an already running Python over a pipe
+//	RoundTrip/loopback-http    floor: a bare loopback HTTP request
+//	Forward/{inline,blob,zarr} a forward of a SOMA_BENCH_MB (default 100) MB float32 array
+//	Forward/store-read         floor for references: reading the bytes from the store
+//	Forward/loopback-copy      floor for inline: a raw loopback TCP copy of the bytes
+
+// latencies records each iteration's time and reports p50 and p99.
+type latencies []time.Duration
+
+func (l *latencies) time(f func()) {
+	t := time.Now()
+	f()
+	*l = append(*l, time.Since(t))
+}
+
+func (l latencies) report(b *testing.B) {
+	if len(l) == 0 {
+		return
+	}
+	s := slices.Clone(l)
+	slices.Sort(s)
+	pct := func(p float64) float64 { return float64(s[int(p*float64(len(s)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+}
+
+func benchWorker(b *testing.B) *testWorker {
+	b.Helper()
+	testutil.NeedPython(b, "numpy")
+	return newTestWorker(b, testOptions{})
+}
+
+func BenchmarkRoundTrip(b *testing.B) {
+	b.Run("soma-worker", func(b *testing.B) {
+		tw := benchWorker(b)
+		p := behaviourPlan(b, "noop", "NoOp")
+		p.Input = Value{Kind: KindObject, Object: "x"}
+		ctx := context.Background()
+		if _, err := tw.client.Run(ctx, p); err != nil { // warm the daemon
+			b.Fatal(err)
+		}
+		var l latencies
+		for b.Loop() {
+			l.time(func() {
+				res, err := tw.client.Run(ctx, p)
+				if err != nil || res.State != StateSucceeded {
+					b.Fatal(err, res)
+				}
+			})
+		}
+		l.report(b)
+	})
+	b.Run("in-process", func(b *testing.B) {
+		tw := benchWorker(b)
+		p := behaviourPlan(b, "noop", "NoOp")
+		ctx := context.Background()
+		if _, err := tw.w.Run(ctx, p); err != nil {
+			b.Fatal(err)
+		}
+		var l latencies
+		for b.Loop() {
+			l.time(func() {
+				res, err := tw.w.Run(ctx, p)
+				if err != nil || res.State != StateSucceeded {
+					b.Fatal(err, res)
+				}
+			})
+		}
+		l.report(b)
+	})
+	b.Run("python-pipe", func(b *testing.B) {
+		testutil.NeedPython(b, "json")
+		cmd := exec.Command(testutil.Python(), "-c", pipeEcho)
+		in, _ := cmd.StdinPipe()
+		outp, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { in.Close(); cmd.Wait() }()
+		out := bufio.NewReader(outp)
+		msg := []byte(`{"op":"call","node":"n","method":"forward","args":[{"kind":"object","object":"x"}]}`)
+		frame := binary.BigEndian.AppendUint32(nil, uint32(len(msg)))
+		frame = append(frame, msg...)
+		reply := make([]byte, len(frame))
+		var l latencies
+		for b.Loop() {
+			l.time(func() {
+				if _, err := in.Write(frame); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(out, reply); err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+		l.report(b)
+	})
+	b.Run("loopback-http", func(b *testing.B) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			w.Write([]byte("ok"))
+		}))
+		defer srv.Close()
+		c := srv.Client()
+		var l latencies
+		for b.Loop() {
+			l.time(func() {
+				resp, err := c.Post(srv.URL, ContentType, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			})
+		}
+		l.report(b)
+	})
+}
+
+// pipeEcho is the floor's Python: it echoes length-prefixed frames.
+const pipeEcho = `
+import struct, sys
+r, w = sys.stdin.buffer, sys.stdout.buffer
+while True:
+    h = r.read(4)
+    if not h:
+        break
+    b = r.read(struct.unpack(">I", h)[0])
+    w.write(h + b)
+    w.flush()
+`
+
+func benchMB() int64 {
+	if n, err := strconv.ParseInt(os.Getenv("SOMA_BENCH_MB"), 10, 64); err == nil && n > 0 {
+		return n
+	}
+	return 100
+}
+
+func BenchmarkForward(b *testing.B) {
+	testutil.NeedPython(b, "numpy")
+	const cols = 256
+	rows := benchMB() << 20 / (cols * 4)
+	size := rows * cols * 4
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	ctx := context.Background()
+	tw := benchWorker(b)
+	d, err := tw.store.Put(ctx, data)
+	if err != nil {
+		b.Fatal(err)
+	}
+	zpath := filepath.Join(tw.store.Root(), "bench.zarr")
+	arr, err := zarr.Create(ctx, zpath, zarr.Spec{DataType: zarr.Float32, Shape: []int64{rows, cols}, ChunkShape: []int64{4096, cols}}, zarr.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := arr.WriteRegion(ctx, []int64{0, 0}, &zarr.Data{Type: zarr.Float32, Shape: []int64{rows, cols}, Bytes: data}); err != nil {
+		b.Fatal(err)
+	}
+	inputs := map[string]Value{
+		"inline": {Kind: KindArray, DType: "float32", Shape: []int64{rows, cols}, Data: data},
+		"blob":   {Kind: KindArray, DType: "float32", Shape: []int64{rows, cols}, Ref: BlobRef(d)},
+		"zarr":   {Ref: ZarrRef("bench.zarr", 0, rows)},
+	}
+	for _, name := range []string{"inline", "blob", "zarr"} {
+		b.Run(name, func(b *testing.B) {
+			p := behaviourPlan(b, "fwd-"+name, "Shape")
+			p.Input = inputs[name]
+			var l latencies
+			b.SetBytes(size)
+			for b.Loop() {
+				l.time(func() {
+					res, err := tw.client.Run(ctx, p)
+					if err != nil || res.State != StateSucceeded {
+						b.Fatal(err, res.Error)
+					}
+				})
+			}
+			l.report(b)
+		})
+	}
+	b.Run("store-read", func(b *testing.B) {
+		b.SetBytes(size)
+		for b.Loop() {
+			if _, err := tw.store.Get(ctx, d); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("loopback-copy", func(b *testing.B) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ln.Close()
+		done := make(chan error, 1)
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					done <- nil
+					return
+				}
+				buf := make([]byte, size)
+				_, err = io.ReadFull(c, buf)
+				c.Write([]byte{1})
+				c.Close()
+				if err != nil {
+					done <- err
+					return
+				}
+			}
+		}()
+		b.SetBytes(size)
+		for b.Loop() {
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := c.Write(data); err != nil {
+				b.Fatal(err)
+			}
+			var one [1]byte
+			if _, err := io.ReadFull(c, one[:]); err != nil {
+				b.Fatal(fmt.Errorf("ack: %w", err))
+			}
+			c.Close()
+		}
+		ln.Close()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	})
+}

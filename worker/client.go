@@ -1,0 +1,250 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/coder/websocket"
+	"github.com/soma-hpc/soma/fsstore"
+)
+
+// ErrRemote is an error the worker answered with; the message is the
+// worker's.
+var ErrRemote = errors.New("worker: the worker refused")
+
+// RemoteError is a worker's error reply.
+type RemoteError struct {
+	Status  int
+	Message string
+}
+
+func (e *RemoteError) Error() string {
+	return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status)
+}
+
+func (e *RemoteError) Unwrap() error { return ErrRemote }
+
+// Client talks to one soma-worker. It is safe for concurrent use.
+type Client struct {
+	base  *url.URL
+	token string
+	http  *http.Client
+	// Store, when set, is a store the worker also sees (the same --root):
+	// files are then shipped by digest instead of inline.
+	Store *fsstore.Store
+}
+
+// NewClient returns a client of the worker at rawURL (http://host:port).
+// hc may be nil (http.DefaultClient).
+func NewClient(rawURL, token string, hc *http.Client) (*Client, error) {
+	u, err := url.Parse(strings.TrimRight(rawURL, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("worker: URL %q: want http://HOST:PORT", rawURL)
+	}
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return &Client{base: u, token: token, http: hc}, nil
+}
+
+// Run submits p and waits for its result. Cancelling ctx cancels the plan
+// on the worker.
+func (c *Client) Run(ctx context.Context, p *Plan) (*Result, error) {
+	body, err := c.encodePlan(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	var res Result
+	err = c.do(ctx, http.MethodPost, "/plans?wait=1", body, &res)
+	if err != nil && ctx.Err() != nil {
+		_ = c.Cancel(context.WithoutCancel(ctx), p.ID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Submit starts p and returns at once (state queued or running).
+func (c *Client) Submit(ctx context.Context, p *Plan) (*Result, error) {
+	body, err := c.encodePlan(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	var res Result
+	if err := c.do(ctx, http.MethodPost, "/plans", body, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Get returns where plan id is, with its result once it has ended.
+func (c *Client) Get(ctx context.Context, id string) (*Result, error) {
+	var res Result
+	if err := c.do(ctx, http.MethodGet, "/plans/"+url.PathEscape(id), nil, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Cancel cancels plan id and waits until it has ended.
+func (c *Client) Cancel(ctx context.Context, id string) error {
+	var res Result
+	return c.do(ctx, http.MethodDelete, "/plans/"+url.PathEscape(id)+"?wait=1", nil, &res)
+}
+
+// Health asks GET /health.
+func (c *Client) Health(ctx context.Context) (*Health, error) {
+	var h Health
+	if err := c.do(ctx, http.MethodGet, "/health", nil, &h); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// Capabilities asks GET /capabilities.
+func (c *Client) Capabilities(ctx context.Context) (*Capabilities, error) {
+	var cp Capabilities
+	if err := c.do(ctx, http.MethodGet, "/capabilities", nil, &cp); err != nil {
+		return nil, err
+	}
+	return &cp, nil
+}
+
+// encodePlan encodes p, shipping its files by digest when the client has
+// the worker's store.
+func (c *Client) encodePlan(ctx context.Context, p *Plan) ([]byte, error) {
+	q := *p
+	if c.Store != nil {
+		q.Files = make([]File, len(p.Files))
+		for i, f := range p.Files {
+			if f.Content == nil {
+				q.Files[i] = f
+				continue
+			}
+			d, err := c.Store.Put(ctx, f.Content)
+			if err != nil {
+				return nil, fmt.Errorf("worker: ship %s: %w", f.Name, err)
+			}
+			q.Files[i] = File{Name: f.Name, Digest: d.String()}
+		}
+	}
+	return EncodeFrame(&q)
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body []byte, out versioned) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base.String()+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", ContentType)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("worker: %s %s: %w", method, c.base.Host, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("worker: %s %s: reply: %w", method, c.base.Host, err)
+	}
+	if resp.StatusCode >= 300 {
+		var er ErrorReply
+		if derr := DecodeFrame(b, &er); derr != nil {
+			return &RemoteError{Status: resp.StatusCode, Message: fmt.Sprintf("worker: %s (unreadable reply: %v)", resp.Status, derr)}
+		}
+		return &RemoteError{Status: resp.StatusCode, Message: er.Error}
+	}
+	if err := DecodeFrame(b, out); err != nil {
+		return fmt.Errorf("worker: %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+// Stream is a plan fed in chunks over a WebSocket. Send chunks, then End;
+// Next reads the worker's messages (a chunk_result per chunk, then
+// complete). Send and Next may run in different goroutines.
+type Stream struct {
+	c *websocket.Conn
+}
+
+// Stream begins p as a stream.
+func (c *Client) Stream(ctx context.Context, p *Plan) (*Stream, error) {
+	u := *c.base
+	u.Scheme = map[string]string{"http": "ws", "https": "wss"}[u.Scheme]
+	u.Path += "/plans/stream"
+	h := http.Header{}
+	if c.token != "" {
+		h.Set("Authorization", "Bearer "+c.token)
+	}
+	conn, resp, err := websocket.Dial(ctx, u.String(), &websocket.DialOptions{HTTPHeader: h, HTTPClient: c.http})
+	if err != nil {
+		if resp != nil && resp.StatusCode >= 300 {
+			return nil, &RemoteError{Status: resp.StatusCode, Message: "worker: stream refused: " + err.Error()}
+		}
+		return nil, fmt.Errorf("worker: stream: %w", err)
+	}
+	conn.SetReadLimit(maxPlanBody)
+	s := &Stream{c: conn}
+	q := *p
+	if err := s.send(ctx, &StreamMessage{Kind: MsgBegin, Plan: &q}); err != nil {
+		conn.CloseNow()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Send sends one chunk (targets only for a Fit).
+func (s *Stream) Send(ctx context.Context, seq int64, input Value, targets *Value) error {
+	return s.send(ctx, &StreamMessage{Kind: MsgChunk, Seq: seq, Input: &input, Targets: targets})
+}
+
+// End says there are no more chunks.
+func (s *Stream) End(ctx context.Context) error {
+	return s.send(ctx, &StreamMessage{Kind: MsgEnd})
+}
+
+// Next returns the worker's next message. An error message from the
+// worker is returned as an error.
+func (s *Stream) Next(ctx context.Context) (*StreamMessage, error) {
+	_, b, err := s.c.Read(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("worker: stream: %w", err)
+	}
+	var m StreamMessage
+	if err := DecodeFrame(b, &m); err != nil {
+		return nil, err
+	}
+	if m.Kind == MsgError {
+		return nil, &RemoteError{Status: 0, Message: m.Error}
+	}
+	return &m, nil
+}
+
+// Close ends the connection (mid-stream, that cancels the plan).
+func (s *Stream) Close() error { return s.c.CloseNow() }
+
+func (s *Stream) send(ctx context.Context, m *StreamMessage) error {
+	b, err := EncodeFrame(m)
+	if err != nil {
+		return err
+	}
+	if err := s.c.Write(ctx, websocket.MessageBinary, b); err != nil {
+		return fmt.Errorf("worker: stream: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,200 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// maxPlanBody bounds a POST /plans body: inline values are for small
+// data; large data goes by reference.
+const maxPlanBody = 4 << 30
+
+// Server serves a Worker over HTTP and WebSocket.
+type Server struct {
+	w     *Worker
+	token string
+	log   *slog.Logger
+
+	// streams tracks the WebSocket handlers: http.Server.Shutdown does
+	// not wait for hijacked connections (STYLE rule 11).
+	streams sync.WaitGroup
+	mu      sync.Mutex
+	closing bool
+	cancels map[*context.CancelFunc]struct{}
+}
+
+// NewServer returns a server for w. An empty token means no auth (loopback
+// only: see CheckListen).
+func NewServer(w *Worker, token string) *Server {
+	return &Server{w: w, token: token, log: w.log, cancels: map[*context.CancelFunc]struct{}{}}
+}
+
+// Handler returns the HTTP routes:
+//
+//	POST   /plans            submit (?wait=1: answer with the result)
+//	GET    /plans/{id}       state, and the result once ended
+//	DELETE /plans/{id}       cancel
+//	GET    /plans/stream     WebSocket: a plan in chunks
+//	GET    /health           liveness (no token needed)
+//	GET    /capabilities     what the worker offers
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", s.health)
+	mux.Handle("GET /capabilities", s.auth(http.HandlerFunc(s.capabilities)))
+	mux.Handle("POST /plans", s.auth(http.HandlerFunc(s.submit)))
+	mux.Handle("GET /plans/stream", s.auth(http.HandlerFunc(s.stream)))
+	mux.Handle("GET /plans/{id}", s.auth(http.HandlerFunc(s.status)))
+	mux.Handle("DELETE /plans/{id}", s.auth(http.HandlerFunc(s.cancel)))
+	return mux
+}
+
+// Serve serves on ln until ctx ends, then shuts down: it stops accepting,
+// ends the streams and waits for every handler.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	s.closing = true
+	for c := range s.cancels {
+		(*c)()
+	}
+	s.mu.Unlock()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	s.streams.Wait()
+	<-errc
+	return err
+}
+
+// auth checks the bearer token in constant time.
+func (s *Server) auth(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.token != "" {
+			if !bearerOK(r, s.token) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="soma-worker"`)
+				s.fail(w, http.StatusUnauthorized, errors.New("worker: missing or wrong bearer token (soma run --token-file FILE)"))
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	s.reply(w, http.StatusOK, &Health{OK: true, Running: s.w.Running(), Tags: s.w.o.Tags})
+}
+
+func (s *Server) capabilities(w http.ResponseWriter, r *http.Request) {
+	c := s.w.Capabilities()
+	s.reply(w, http.StatusOK, &c)
+}
+
+func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
+	b, err := readBody(w, r)
+	if err != nil {
+		s.fail(w, http.StatusRequestEntityTooLarge, fmt.Errorf("worker: plan body: %w (send large values by reference)", err))
+		return
+	}
+	var p Plan
+	if err := DecodeFrame(b, &p); err != nil {
+		s.fail(w, http.StatusBadRequest, err)
+		return
+	}
+	if err := s.w.Submit(&p); err != nil {
+		s.fail(w, statusOf(err), err)
+		return
+	}
+	if r.URL.Query().Get("wait") == "" {
+		res, _ := s.w.Status(p.ID)
+		s.reply(w, http.StatusAccepted, res)
+		return
+	}
+	// Waiting does not tie the plan to this request: a client that goes
+	// away can GET the result later, or DELETE the plan.
+	res, err := s.w.Wait(r.Context(), p.ID)
+	if err != nil {
+		return
+	}
+	s.reply(w, http.StatusOK, res)
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	res, err := s.w.Status(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, statusOf(err), err)
+		return
+	}
+	s.reply(w, http.StatusOK, res)
+}
+
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := s.w.Cancel(id); err != nil {
+		s.fail(w, statusOf(err), err)
+		return
+	}
+	if r.URL.Query().Get("wait") != "" {
+		if _, err := s.w.Wait(r.Context(), id); err != nil {
+			return
+		}
+	}
+	res, _ := s.w.Status(id)
+	s.reply(w, http.StatusOK, res)
+}
+
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, ErrUnknownPlan):
+		return http.StatusNotFound
+	case errors.Is(err, ErrDuplicatePlan):
+		return http.StatusConflict
+	case errors.Is(err, ErrClosed):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusBadRequest
+}
+
+func (s *Server) reply(w http.ResponseWriter, code int, v versioned) {
+	b, err := EncodeFrame(v)
+	if err != nil {
+		s.log.Error("encode reply", "err", err)
+		code = http.StatusInternalServerError
+		b, _ = EncodeFrame(&ErrorReply{Error: err.Error()})
+	}
+	w.Header().Set("Content-Type", ContentType)
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
+}
+
+func (s *Server) fail(w http.ResponseWriter, code int, err error) {
+	s.reply(w, code, &ErrorReply{Error: err.Error()})
+}
+
+// readBody reads a request body of at most maxPlanBody bytes, into a
+// buffer of the announced length when there is one (io.ReadAll would
+// grow and copy a large plan several times).
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body := http.MaxBytesReader(w, r.Body, maxPlanBody)
+	if n := r.ContentLength; n > 0 && n <= maxPlanBody {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(body, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return io.ReadAll(body)
+}

@@ -1,0 +1,353 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/zarr"
+)
+
+// Defaults, each in one place (the original had two defaults for one
+// timeout, a CLI flag's and a struct's: seed 000). cmd/soma-worker's
+// flags show these values; they do not restate them.
+const (
+	// DefaultPlanTimeout bounds a plan that sets no timeout.
+	DefaultPlanTimeout = 30 * time.Minute
+	// DefaultCancelGrace is how long a cancelled or timed-out plan's
+	// Python gets between SIGINT and SIGKILL.
+	DefaultCancelGrace = 5 * time.Second
+	// DefaultInlineLimit: outputs larger than this come back as blob
+	// references when the worker has a store.
+	DefaultInlineLimit = 1 << 20
+	// DefaultIdleDaemons is how many idle daemons are kept per
+	// environment and GPU set.
+	DefaultIdleDaemons = 2
+	// keepResults and keepBytes bound the finished results GET
+	// /plans/<id> can show: the latest 1024, holding at most 256 MiB of
+	// inline values (a worker without a store returns every output
+	// inline); older ones are forgotten first.
+	keepResults = 1024
+	keepBytes   = 256 << 20
+)
+
+// Errors of the plan table.
+var (
+	// ErrUnknownPlan: no plan with that id (GET or DELETE /plans/<id>).
+	ErrUnknownPlan = errors.New("worker: unknown plan")
+	// ErrDuplicatePlan: a plan with that id is already running.
+	ErrDuplicatePlan = errors.New("worker: a plan with this id is running")
+	// ErrInvalidPlan: a plan that cannot run as written.
+	ErrInvalidPlan = errors.New("worker: invalid plan")
+	// ErrClosed: the worker is shutting down.
+	ErrClosed = errors.New("worker: closed")
+)
+
+// Options configure New.
+type Options struct {
+	// ID names the worker in capabilities; default host name.
+	ID string
+	// Store is the store under --root: blob references, file shipping by
+	// digest and large outputs use it. Nil is allowed: then every value
+	// must be inline.
+	Store *fsstore.Store
+	// Envs provides the plans' Python environments. Required.
+	Envs *EnvPool
+	// Python is the configured interpreter, reported in capabilities.
+	Python string
+	// WorkDir holds daemon.py, shipped files and plan logs (node-local).
+	// Required.
+	WorkDir string
+	// ZarrCache is the node-local chunk cache for zarr references.
+	ZarrCache *zarr.Cache
+	// Resources are what the worker offers (DetectResources); Limits.MaxPlans
+	// bounds concurrent plans (0: the number of CPUs).
+	Resources Resources
+	Limits    Limits
+	Tags      []string
+	// PlanTimeout (0: DefaultPlanTimeout), CancelGrace (0:
+	// DefaultCancelGrace), InlineLimit (0: DefaultInlineLimit),
+	// IdleDaemons (0: DefaultIdleDaemons).
+	PlanTimeout time.Duration
+	CancelGrace time.Duration
+	InlineLimit int
+	IdleDaemons int
+	Logger      *slog.Logger
+}
+
+// Worker runs plans. It is safe for concurrent use; Close ends it.
+type Worker struct {
+	o     Options
+	log   *slog.Logger
+	pool  *daemonPool
+	gpus  *GPUSet
+	slots chan struct{}
+	res   *resolver
+
+	mu    sync.Mutex
+	plans map[string]*planRecord
+	order []string // finished plan ids, oldest first
+	kept  int64    // inline bytes of the finished results in plans
+	// keepBytes is keepBytes, lowered by tests.
+	keepBytes int64
+	closed    bool
+	running   sync.WaitGroup
+}
+
+// planRecord is one plan the worker knows.
+type planRecord struct {
+	id     string
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+	state  PlanState
+	result *Result
+	size   int64 // inline bytes of result
+}
+
+// New returns a worker. It writes daemon.py into WorkDir.
+func New(o Options) (*Worker, error) {
+	if o.Envs == nil {
+		return nil, errors.New("worker: Options.Envs is required")
+	}
+	if o.WorkDir == "" {
+		return nil, errors.New("worker: Options.WorkDir is required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.ID == "" {
+		o.ID, _ = os.Hostname()
+	}
+	if o.PlanTimeout <= 0 {
+		o.PlanTimeout = DefaultPlanTimeout
+	}
+	if o.CancelGrace <= 0 {
+		o.CancelGrace = DefaultCancelGrace
+	}
+	if o.InlineLimit <= 0 {
+		o.InlineLimit = DefaultInlineLimit
+	}
+	if o.IdleDaemons <= 0 {
+		o.IdleDaemons = DefaultIdleDaemons
+	}
+	maxPlans := o.Limits.MaxPlans
+	if maxPlans <= 0 {
+		maxPlans = max(o.Resources.CPUs, runtime.NumCPU())
+	}
+	for _, sub := range []string{"plans", "files", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(o.WorkDir, sub), 0o755); err != nil {
+			return nil, fmt.Errorf("worker: work folder: %w", err)
+		}
+	}
+	script, err := writeDaemonScript(o.WorkDir)
+	if err != nil {
+		return nil, err
+	}
+	return &Worker{
+		o:     o,
+		log:   o.Logger,
+		pool:  &daemonPool{script: script, grace: o.CancelGrace, maxIdle: o.IdleDaemons, logger: o.Logger},
+		gpus:  NewGPUSet(o.Resources.GPUs),
+		slots: make(chan struct{}, maxPlans),
+		res:   &resolver{store: o.Store, cache: o.ZarrCache, tmp: filepath.Join(o.WorkDir, "tmp")},
+		plans: map[string]*planRecord{},
+
+		keepBytes: keepBytes,
+	}, nil
+}
+
+// Submit validates p and starts it; the plan runs until it ends, is
+// cancelled (Cancel) or the worker closes. Wait or Status read its result.
+func (w *Worker) Submit(p *Plan) error {
+	rec, ctx, stop, err := w.register(p)
+	if err != nil {
+		return err
+	}
+	go func() {
+		defer w.running.Done()
+		defer stop()
+		res := w.execute(ctx, p, func() { w.setState(rec, StateRunning) })
+		w.finish(rec, res)
+	}()
+	return nil
+}
+
+// register validates p and records it as queued. The caller owns the
+// returned context (ended by Cancel, the plan's timeout or Close), must
+// call stop, and must end the plan with finish and w.running.Done.
+func (w *Worker) register(p *Plan) (*planRecord, context.Context, context.CancelFunc, error) {
+	if err := ValidatePlan(p); err != nil {
+		return nil, nil, nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil, nil, nil, ErrClosed
+	}
+	if old, ok := w.plans[p.ID]; ok && !old.state.Done() {
+		return nil, nil, nil, fmt.Errorf("%w: %q", ErrDuplicatePlan, p.ID)
+	}
+	timeout := w.o.PlanTimeout
+	if p.TimeoutSeconds > 0 {
+		timeout = time.Duration(p.TimeoutSeconds * float64(time.Second))
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	ctx, stop := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("%w after %s", ErrTimeout, timeout))
+	rec := &planRecord{id: p.ID, cancel: cancel, done: make(chan struct{}), state: StateQueued}
+	w.forget(p.ID)
+	w.plans[p.ID] = rec
+	w.running.Add(1)
+	return rec, ctx, func() { stop(); cancel(nil) }, nil
+}
+
+// Run submits p and waits for its result. If ctx ends first the plan is
+// cancelled.
+func (w *Worker) Run(ctx context.Context, p *Plan) (*Result, error) {
+	if err := w.Submit(p); err != nil {
+		return nil, err
+	}
+	res, err := w.Wait(ctx, p.ID)
+	if err != nil {
+		_ = w.Cancel(p.ID)
+		return w.Wait(context.Background(), p.ID)
+	}
+	return res, nil
+}
+
+// Wait returns the result of plan id once it has ended.
+func (w *Worker) Wait(ctx context.Context, id string) (*Result, error) {
+	w.mu.Lock()
+	rec, ok := w.plans[id]
+	w.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownPlan, id)
+	}
+	select {
+	case <-rec.done:
+		return rec.result, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Status returns where plan id is, with its result once it has ended.
+func (w *Worker) Status(id string) (*Result, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	rec, ok := w.plans[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownPlan, id)
+	}
+	if rec.result != nil {
+		return rec.result, nil
+	}
+	return &Result{Version: ProtocolVersion, ID: id, State: rec.state}, nil
+}
+
+// Cancel asks plan id to stop: its Python is interrupted, then killed
+// after the grace; the plan ends cancelled. Cancelling an ended plan does
+// nothing.
+func (w *Worker) Cancel(id string) error {
+	w.mu.Lock()
+	rec, ok := w.plans[id]
+	w.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownPlan, id)
+	}
+	rec.cancel(ErrCancelled)
+	return nil
+}
+
+// Running returns how many plans have not ended.
+func (w *Worker) Running() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, rec := range w.plans {
+		if !rec.state.Done() {
+			n++
+		}
+	}
+	return n
+}
+
+// DaemonsStarted returns how many Python daemons the worker has started
+// (a warm plan starts none).
+func (w *Worker) DaemonsStarted() int { return w.pool.started() }
+
+// Capabilities returns what the worker offers.
+func (w *Worker) Capabilities() Capabilities {
+	c := Capabilities{
+		Version:     ProtocolVersion,
+		WorkerID:    w.o.ID,
+		CPUs:        w.o.Resources.CPUs,
+		MemoryBytes: w.o.Resources.MemoryBytes,
+		GPUNote:     w.o.Resources.GPUNote,
+		MaxPlans:    cap(w.slots),
+		Tags:        w.o.Tags,
+		Python:      w.o.Python,
+		HasStore:    w.o.Store != nil,
+	}
+	for _, g := range w.o.Resources.GPUs {
+		//lint:ignore S1016 GPU belongs to gpu.go and may grow fields the wire does not carry
+		c.GPUs = append(c.GPUs, GPUInfo{Index: g.Index, UUID: g.UUID, Name: g.Name,
+			MemoryTotal: g.MemoryTotal, MemoryFree: g.MemoryFree, Utilization: g.Utilization})
+	}
+	return c
+}
+
+// Close cancels the running plans, waits for them to end and stops the
+// idle daemons. Submit fails afterwards.
+func (w *Worker) Close() error {
+	w.mu.Lock()
+	w.closed = true
+	for _, rec := range w.plans {
+		rec.cancel(ErrClosed)
+	}
+	w.mu.Unlock()
+	w.running.Wait()
+	w.pool.close()
+	return nil
+}
+
+func (w *Worker) setState(rec *planRecord, s PlanState) {
+	w.mu.Lock()
+	rec.state = s
+	w.mu.Unlock()
+}
+
+func (w *Worker) finish(rec *planRecord, res *Result) {
+	w.mu.Lock()
+	rec.state = res.State
+	rec.result = res
+	rec.size = int64(payloadSize(res))
+	w.kept += rec.size
+	w.order = append(w.order, rec.id)
+	// Waiters hold rec itself, so even the newest result may go.
+	for len(w.order) > keepResults || (w.kept > w.keepBytes && len(w.order) > 0) {
+		w.forget(w.order[0])
+	}
+	w.mu.Unlock()
+	close(rec.done)
+}
+
+// forget drops a finished plan's record; w.mu is held.
+func (w *Worker) forget(id string) {
+	for i, o := range w.order {
+		if o == id {
+			w.order = append(w.order[:i], w.order[i+1:]...)
+			break
+		}
+	}
+	if rec, ok := w.plans[id]; ok && rec.state.Done() {
+		delete(w.plans, id)
+		w.kept -= rec.size
+	}
+}
