@@ -172,7 +172,8 @@ func TestLargeOutputByReference(t *testing.T) {
 	tw.w.o.InlineLimit = 1000
 	x, _ := twoClusters(200) // 2400 bytes
 	p := &Plan{ID: "big", Files: []File{readFilter(t, "numpy_filters.py")},
-		Nodes: []Node{{ID: "d", File: "numpy_filters.py", Class: "Double"}}, Input: x}
+		Nodes: []Node{{ID: "d", File: "numpy_filters.py", Class: "Double"}}, Input: x,
+		Env: EnvRequest{SystemSitePackages: true}} // numpy is Debian's
 	res := run(t, tw, p)
 	mustSucceed(t, res)
 	out := res.Outputs["d"]
@@ -194,7 +195,8 @@ func TestResultsBounded(t *testing.T) {
 	x, _ := twoClusters(200) // 2400 bytes in, 2400 bytes out
 	p := func(id string) *Plan {
 		return &Plan{ID: id, Files: []File{readFilter(t, "numpy_filters.py")},
-			Nodes: []Node{{ID: "d", File: "numpy_filters.py", Class: "Double"}}, Input: x}
+			Nodes: []Node{{ID: "d", File: "numpy_filters.py", Class: "Double"}}, Input: x,
+			Env: EnvRequest{SystemSitePackages: true}} // numpy is Debian's
 	}
 	mustSucceed(t, run(t, tw, p("first")))
 	mustSucceed(t, run(t, tw, p("second")))

@@ -74,7 +74,7 @@ func TestRefusals(t *testing.T) {
 		want string
 	}{
 		{"no root", []string{}, exitUsage, "--root is required"},
-		{"beyond loopback without a token", []string{"--root", root, "--listen", "0.0.0.0:0"}, exitError, "no --token-file"},
+		{"beyond loopback without a token", []string{"--root", root, "--listen", "0.0.0.0:0"}, exitError, "without a token"},
 		{"world-readable token file", []string{"--root", root, "--token-file", loose}, exitError, "chmod 600 " + loose},
 		{"not a store", []string{"--root", t.TempDir() + "/none"}, exitError, "not found"},
 		{"bad timeout", []string{"--root", root, "--timeout", "-1s"}, exitUsage, "--timeout"},

@@ -35,6 +35,8 @@ class Scale:
 const runPlanText = `
 id = "%s"
 mode = "%s"
+[env]
+system_site_packages = true
 [input]
 dtype = "float32"
 shape = [2, 2]
@@ -69,10 +71,10 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	srv := httptest.NewServer(worker.NewServer(w, "tok").Handler())
+	srv := httptest.NewServer(worker.NewServer(w, "tok-0123456789abcdef").Handler())
 	defer srv.Close()
 	tok := filepath.Join(dir, "token")
-	os.WriteFile(tok, []byte("tok\n"), 0o600)
+	os.WriteFile(tok, []byte("tok-0123456789abcdef\n"), 0o600)
 	os.WriteFile(filepath.Join(dir, "f.py"), []byte(runFilters), 0o644)
 	plan := func(id, mode string) string {
 		p := filepath.Join(dir, id+".toml")
