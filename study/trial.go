@@ -364,7 +364,9 @@ func (s *Study) Take(ctx context.Context, n int, who Who) (*Run, error) {
 // from removing it before the record that refers to it is bound
 // (fsstore's GC). Bug (issue 13, item 6): the digest was kept for the
 // life of the process, and a gc meanwhile could remove the blob and leave
-// records pointing at nothing.
+// records pointing at nothing. One exception (Run.write): an attempt
+// whose record has referred to the blob since its claim binds it again
+// without a Put.
 func (s *Study) blobForEmpty(ctx context.Context) (fsstore.Digest, error) {
 	b, _ := encodeCurve(nil, "")
 	d, err := s.store.Put(ctx, b)
@@ -378,6 +380,14 @@ func (s *Study) blobForEmpty(ctx context.Context) (fsstore.Digest, error) {
 	}
 	s.mu.Unlock()
 	return d, nil
+}
+
+// emptyDigest returns the empty curve's digest once blobForEmpty has
+// stored it (else the zero Digest, which no Run's blob is).
+func (s *Study) emptyDigest() fsstore.Digest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.emptyBlob
 }
 
 // claimNew claims attempt 0 of trial n with the sampler's point.
@@ -481,7 +491,7 @@ func (s *Study) claimAttempt(ctx context.Context, n, a int, p Point, fails int, 
 	if !won {
 		return nil, &TakenError{Study: s.name, Trial: n, Attempt: a, State: StateRunning}
 	}
-	return &Run{s: s, number: n, attempt: a, point: p, f: f, blob: empty}, nil
+	return &Run{s: s, number: n, attempt: a, point: p, f: f, blob: empty, held: true}, nil
 }
 
 // propose asks the sampler for trial n's point. In a discrete space it
