@@ -363,6 +363,19 @@ func (s *Store) writeErr(op, name, rel string, err error) error {
 // above it, is refused with a *CorruptError wrapping ErrForeign that
 // names it; nothing is written through it.
 func (s *Store) Claim(ctx context.Context, name string, d Digest, meta Meta) (bool, error) {
+	return s.claim(ctx, name, d, meta, false)
+}
+
+// ClaimNew is Claim for a name whose folder is most likely new (a trial's
+// first attempt): it makes the folder first (mkdirat in its parent, then
+// opens it) rather than opening it and making it when that fails. Three
+// file-server round trips for a new folder instead of four; three instead
+// of two if it exists after all. Otherwise it is Claim, exactly.
+func (s *Store) ClaimNew(ctx context.Context, name string, d Digest, meta Meta) (bool, error) {
+	return s.claim(ctx, name, d, meta, true)
+}
+
+func (s *Store) claim(ctx context.Context, name string, d Digest, meta Meta, newDir bool) (bool, error) {
 	if err := s.checkWrite(ctx, name, d); err != nil {
 		return false, fmt.Errorf("claim %s: %w", name, err)
 	}
@@ -378,7 +391,12 @@ func (s *Store) Claim(ctx context.Context, name string, d Digest, meta Meta) (bo
 	// The name's folder first (made if new: a trial's first attempt),
 	// then link into it, then fsync it: see beneath.go.
 	dir, leaf := nameDir(name)
-	pfd, err := s.openDir(dir, true)
+	var pfd int
+	if newDir {
+		pfd, err = s.fds.root.mkdirAll(dir)
+	} else {
+		pfd, err = s.openDir(dir, true)
+	}
 	if err != nil {
 		tmp.remove()
 		return false, s.writeErr("claim", name, dir, err)

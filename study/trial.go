@@ -489,7 +489,14 @@ func (s *Study) claimAttempt(ctx context.Context, n, a int, p Point, fails int, 
 		step: -1, fails: fails, who: who, start: now, from: -1,
 	}
 	name := s.names.attempt(n, a)
-	won, err := s.store.Claim(ctx, name, empty, f.meta())
+	claim := s.store.Claim
+	if cn, ok := s.store.(newClaimer); ok && a == 0 {
+		// A trial's first attempt makes the trial's folder: make it
+		// first (one round trip fewer than opening it, failing, and
+		// making it).
+		claim = cn.ClaimNew
+	}
+	won, err := claim(ctx, name, empty, f.meta())
 	if err != nil {
 		return nil, fmt.Errorf("study %s: take trial %d: %w", s.name, n, err)
 	}
@@ -501,6 +508,12 @@ func (s *Study) claimAttempt(ctx context.Context, n, a int, p Point, fails int, 
 		return nil, &TakenError{Study: s.name, Trial: n, Attempt: a, State: StateRunning}
 	}
 	return &Run{s: s, number: n, attempt: a, point: p, f: f, blob: empty, held: true}, nil
+}
+
+// newClaimer is the optional store capability of claiming a name whose
+// folder is most likely new (fsstore.Store.ClaimNew).
+type newClaimer interface {
+	ClaimNew(ctx context.Context, name string, d fsstore.Digest, meta fsstore.Meta) (bool, error)
 }
 
 // propose asks the sampler for trial n's point. In a discrete space it
