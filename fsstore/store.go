@@ -162,6 +162,7 @@ func (s *Store) closeFDs() {
 	if s.fds.tmpFD >= 0 {
 		unix.Close(s.fds.tmpFD)
 	}
+	s.fds.dirs.closeAll()
 }
 
 // readMarker reads soma.json, not through a link.
@@ -401,7 +402,11 @@ func (s *Store) claim(ctx context.Context, name string, d Digest, meta Meta, new
 		tmp.remove()
 		return false, s.writeErr("claim", name, dir, err)
 	}
-	defer unix.Close(pfd)
+	defer func() {
+		if pfd >= 0 {
+			unix.Close(pfd)
+		}
+	}()
 	won, err := s.linkClaim(tmp, pfd, leaf)
 	// The temp name goes before the folder's fsync, not after it (it was
 	// a defer): the unlink then joins the link's journal transaction
@@ -426,6 +431,10 @@ func (s *Store) claim(ctx context.Context, name string, d Digest, meta Meta, new
 	if err := syncFD(pfd, filepath.Dir(s.namePath(name))); err != nil {
 		return true, fmt.Errorf("claim %s: %w", name, err)
 	}
+	// The claimer binds the name next (a heartbeat, a result): keep its
+	// folder open for that (dirCache).
+	s.fds.dirs.put(dir, pfd)
+	pfd = -1
 	return true, nil
 }
 
@@ -497,23 +506,43 @@ func (s *Store) bind(ctx context.Context, name string, d Digest, meta Meta, mode
 		}
 	}
 	dir, leaf := nameDir(name)
-	pfd, err := s.openDir(dir, true)
-	if err != nil {
-		tmp.remove()
-		return Bound{}, s.writeErr("bind", name, dir, err)
+	// The folder as the last write to it left it open (dirCache), else
+	// opened (made if need be) by its path.
+	pfd, cached := s.fds.dirs.take(dir)
+	if !cached {
+		if pfd, err = s.openDir(dir, true); err != nil {
+			tmp.remove()
+			return Bound{}, s.writeErr("bind", name, dir, err)
+		}
 	}
-	defer unix.Close(pfd)
 	// renameat(2) never follows its target: a link at the name itself is
 	// replaced by the record, and what it pointed at is untouched. (To
 	// refuse it instead would cost a stat of every record on every bind,
 	// a round trip on NFS, for a name that is soma's own: the running
 	// attempt's, claimed by this process.)
-	if err := renameat(tmp.dir, tmp.name, pfd, leaf); err != nil {
+	err = renameat(tmp.dir, tmp.name, pfd, leaf)
+	if cached && goneDir(err) {
+		// The cached folder was removed: open the one at the path now.
+		unix.Close(pfd)
+		if pfd, err = s.openDir(dir, true); err != nil {
+			tmp.remove()
+			return Bound{}, s.writeErr("bind", name, dir, err)
+		}
+		err = renameat(tmp.dir, tmp.name, pfd, leaf)
+	}
+	if err != nil {
+		unix.Close(pfd)
 		tmp.remove()
 		return Bound{}, fmt.Errorf("bind %s: %w", name, nameConflict(err))
 	}
 	if err := syncFD(pfd, filepath.Dir(s.namePath(name))); err != nil {
+		unix.Close(pfd)
 		return Bound{}, fmt.Errorf("bind %s: %w", name, err)
+	}
+	if mode&sealBit != 0 {
+		unix.Close(pfd) // the name's last binding (Seal)
+	} else {
+		s.fds.dirs.put(dir, pfd)
 	}
 	return Bound{Name: name, Digest: d, Meta: meta, Time: tmp.mtime}, nil
 }
