@@ -49,4 +49,5 @@ echo
 echo "Floor: one trial's claim (temp file created, written, fsynced; link; folder fsynced) and result (the same, by rename), by internal/benchfloor."
 echo "Counted: system calls on files in the benchmark's folder (strace -f -y), failed ones included. On NFS each file open, create, link, rename, unlink, mkdir, setattr and fsync is a round trip; an open of a folder, or a stat, may be answered from the client's cache."
 echo "setattr: Put of a blob already stored refreshes its time (so that soma gc keeps it until the record that refers to it is bound: fsstore's GC)."
+echo "Above the floor, per trial of soma-trial: the empty curve's blob refreshed at the claim (open of its folder, stat, setattr); the trial's record folder (open of its parent, mkdir, open) and work folder (mkdir; rmdir when left empty); the look for a retry after the result (open); the objective's output files (3 stats: one by the objective, two by soma reading their tails); the result's server time (stat). The result's bind reuses the folder the claim opened."
 echo "soma-trial's once-per-run calls (opening the store, the study's spec, packing at the end) are spread over the N trials."
