@@ -104,3 +104,57 @@ func TestDirCacheBounded(t *testing.T) {
 		}
 	}
 }
+
+// ClaimNew makes a name's folder in a parent it keeps open (dirCache). If
+// that parent was removed meanwhile, the claim must make the folder in
+// the parent now at the path, and never through a link found there.
+func TestClaimNewAfterParentRemoved(t *testing.T) {
+	ctx := context.Background()
+	d := Sum([]byte("x"))
+	for _, tc := range []struct {
+		name    string
+		replace func(t *testing.T, dir, outside string)
+		foreign bool
+	}{
+		{"removed", func(t *testing.T, dir, _ string) {}, false},
+		{"made again", func(t *testing.T, dir, _ string) {
+			if err := os.Mkdir(dir, 0o777); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"a link in its place", func(t *testing.T, dir, outside string) {
+			if err := os.Symlink(outside, dir); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t)
+			outside := t.TempDir()
+			if won, err := s.ClaimNew(ctx, "s/trial/0/0", d, nil); !won || err != nil {
+				t.Fatalf("ClaimNew = %v, %v", won, err)
+			}
+			dir := filepath.Join(s.names, "s", "trial")
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+			tc.replace(t, dir, outside)
+			won, err := s.ClaimNew(ctx, "s/trial/1/0", d, nil)
+			if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+				t.Fatalf("ClaimNew wrote %d entries outside the store", len(ents))
+			}
+			if tc.foreign {
+				if !errors.Is(err, ErrForeign) {
+					t.Fatalf("ClaimNew through a link = %v, %v; want ErrForeign", won, err)
+				}
+				return
+			}
+			if !won || err != nil {
+				t.Fatalf("ClaimNew = %v, %v; want won in the folder at the path", won, err)
+			}
+			if _, err := s.Resolve(ctx, "s/trial/1/0"); err != nil {
+				t.Fatalf("Resolve = %v, want the claim", err)
+			}
+		})
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -369,11 +370,62 @@ func (s *Store) Claim(ctx context.Context, name string, d Digest, meta Meta) (bo
 
 // ClaimNew is Claim for a name whose folder is most likely new (a trial's
 // first attempt): it makes the folder first (mkdirat in its parent, then
-// opens it) rather than opening it and making it when that fails. Three
-// file-server round trips for a new folder instead of four; three instead
-// of two if it exists after all. Otherwise it is Claim, exactly.
+// opens it) rather than opening it and making it when that fails, and
+// keeps the parent open for the next (dirCache). Two file-server round
+// trips for a new folder instead of four (three the first time); one
+// more than Claim's if it exists after all. Otherwise it is Claim,
+// exactly.
 func (s *Store) ClaimNew(ctx context.Context, name string, d Digest, meta Meta) (bool, error) {
 	return s.claim(ctx, name, d, meta, true)
+}
+
+// makeDir makes the folder rel below the root (its parents too, if
+// missing) and returns it opened, following no link: mkdirat in the
+// parent, which the cache keeps open (dirCache), then an open of rel
+// from it. A folder already there is fine.
+func (s *Store) makeDir(rel string) (int, error) {
+	parent, base := path.Split(rel)
+	parent = strings.TrimSuffix(parent, "/")
+	if parent == "" {
+		return s.fds.root.mkdirAll(rel)
+	}
+	pfd, cached := s.fds.dirs.take(parent)
+	var err error
+	if !cached {
+		if pfd, err = s.openDir(parent, true); err != nil {
+			return -1, err
+		}
+	}
+	err = mkdirat(pfd, base)
+	if cached && goneDir(err) {
+		// The cached parent was removed: open the one at the path now.
+		unix.Close(pfd)
+		if pfd, err = s.openDir(parent, true); err != nil {
+			return -1, err
+		}
+		err = mkdirat(pfd, base)
+	}
+	if err != nil {
+		unix.Close(pfd)
+		return -1, err
+	}
+	fd, err := openComponents(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	s.fds.dirs.put(parent, pfd)
+	return fd, err
+}
+
+// mkdirat makes name in the folder dirFD; one already there is fine.
+func mkdirat(dirFD int, name string) error {
+	for {
+		err := unix.Mkdirat(dirFD, name, 0o777)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EEXIST):
+			return nil
+		}
+		return err
+	}
 }
 
 func (s *Store) claim(ctx context.Context, name string, d Digest, meta Meta, newDir bool) (bool, error) {
@@ -394,7 +446,7 @@ func (s *Store) claim(ctx context.Context, name string, d Digest, meta Meta, new
 	dir, leaf := nameDir(name)
 	var pfd int
 	if newDir {
-		pfd, err = s.fds.root.mkdirAll(dir)
+		pfd, err = s.makeDir(dir)
 	} else {
 		pfd, err = s.openDir(dir, true)
 	}
