@@ -66,7 +66,9 @@ type Store struct {
 }
 
 // A Store holds two folders open for its life (the root and tmp/; see
-// beneath.go): every path below the root is resolved from them.
+// beneath.go): every path below the root is resolved from them. It also
+// keeps open the name folders its last writes used, at most 64
+// (dircache.go).
 
 func linkat(oldDir int, oldName string, newDir int, newName string) error {
 	for {
