@@ -76,6 +76,8 @@ type beneath struct {
 
 	tmpMu sync.Mutex
 	tmpFD int // tmp/, opened on first use; -1: not yet
+
+	dirs dirCache // name folders that writes used last
 }
 
 func (s *Store) openBeneath(rel string, flags int, mode uint32) (int, error) {

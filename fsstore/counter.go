@@ -47,6 +47,11 @@ func (c *Counter) Claim(ctx context.Context, name string, d Digest, meta Meta) (
 	return c.S.Claim(ctx, name, d, meta)
 }
 
+func (c *Counter) ClaimNew(ctx context.Context, name string, d Digest, meta Meta) (bool, error) {
+	c.Claims.Add(1)
+	return c.S.ClaimNew(ctx, name, d, meta)
+}
+
 func (c *Counter) Bind(ctx context.Context, name string, d Digest, meta Meta) (Bound, error) {
 	c.Binds.Add(1)
 	return c.S.Bind(ctx, name, d, meta)

@@ -70,7 +70,11 @@ type GCReport struct {
 //     server's now with utimensat by name, which finds the blob and
 //     refreshes it in one call, or finds nothing (ENOENT) and stores it
 //     anew. A writer Binds within the grace G of its Put (W); a layer
-//     that keeps a digest for longer Puts it again before binding.
+//     that keeps a digest for longer Puts it again before binding, unless
+//     the name has referred to that digest without a break since such a
+//     bind (then every scan that reads the name, before or after the
+//     new bind, finds the digest: the argument below applies to the
+//     first bind).
 //   - GC reads the server's time S, then scans every name (R: the
 //     digests they and Refs refer to). A blob not in R is moved aside
 //     (renameat to a ".gc-" name in its folder), its mtime m is read

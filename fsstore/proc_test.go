@@ -45,7 +45,8 @@ func child(t *testing.T, role string, env ...string) *exec.Cmd {
 }
 
 // childClaim tries to claim every name t/0..t/M-1 in a shuffled order and
-// prints the ones it won.
+// prints the ones it won. With NEW=1 it claims t/<i>/0 by ClaimNew, so
+// that the claimers race to make each folder too.
 func childClaim() int {
 	ctx := context.Background()
 	s, err := Open(os.Getenv("ROOT"), Options{Create: os.Getenv("CREATE") == "1"})
@@ -66,8 +67,12 @@ func childClaim() int {
 	order := rand.Perm(m)
 	w := bufio.NewWriter(os.Stdout)
 	defer w.Flush()
+	claim, suffix := s.Claim, ""
+	if os.Getenv("NEW") == "1" {
+		claim, suffix = s.ClaimNew, "/0"
+	}
 	for _, i := range order {
-		won, err := s.Claim(ctx, "t/"+strconv.Itoa(i), d, Meta{{"pid", me}})
+		won, err := claim(ctx, "t/"+strconv.Itoa(i)+suffix, d, Meta{{"pid", me}})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
@@ -80,13 +85,24 @@ func childClaim() int {
 }
 
 func TestClaimRaceProcesses(t *testing.T) {
+	for _, tc := range []struct {
+		name, new, suffix string
+	}{
+		{"Claim", "0", ""},
+		{"ClaimNew", "1", "/0"}, // each name in a folder the claimers make
+	} {
+		t.Run(tc.name, func(t *testing.T) { testClaimRaceProcesses(t, tc.new, tc.suffix) })
+	}
+}
+
+func testClaimRaceProcesses(t *testing.T, newDir, suffix string) {
 	const procs, names = 6, 300
 	ctx := context.Background()
 	s := newStore(t)
 	var cmds []*exec.Cmd
 	var outs []*strings.Builder
 	for range procs {
-		c := child(t, "claim", "ROOT="+s.Root(), "M="+strconv.Itoa(names))
+		c := child(t, "claim", "ROOT="+s.Root(), "M="+strconv.Itoa(names), "NEW="+newDir)
 		out := new(strings.Builder)
 		c.Stdout = out
 		if err := c.Start(); err != nil {
@@ -113,12 +129,12 @@ func TestClaimRaceProcesses(t *testing.T) {
 	}
 	// Every claimer was told the truth: the record names the winner.
 	for n, pid := range winner {
-		b, err := s.Resolve(ctx, "t/"+strconv.Itoa(n))
+		b, err := s.Resolve(ctx, "t/"+strconv.Itoa(n)+suffix)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := b.Meta.Value("pid"); got != strconv.Itoa(pid) {
-			t.Errorf("t/%d record says pid %s, but pid %d was told it won", n, got, pid)
+			t.Errorf("t/%d%s record says pid %s, but pid %d was told it won", n, suffix, got, pid)
 		}
 	}
 }

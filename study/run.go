@@ -28,11 +28,17 @@ type Run struct {
 	number  int
 	attempt int
 
-	mu         sync.Mutex
-	point      Point
-	f          fields
-	curve      []Step
-	blob       fsstore.Digest
+	mu    sync.Mutex
+	point Point
+	f     fields
+	curve []Step
+	blob  fsstore.Digest
+	// held: the attempt's record has referred to blob without a break
+	// since a bind that followed a Put of blob within the grace (the
+	// claim's, or a write's): so blob may be bound again without a Put
+	// (write). False after a failed write, which may have bound
+	// something else.
+	held       bool
 	finished   bool
 	superseded bool
 	pending    bool // Add has added values that are not written yet
@@ -131,15 +137,22 @@ func (r *Run) isSuperseded(ctx context.Context) (next Record, found bool, err er
 // write rebinds the attempt's record with f, and, when curve is non-nil
 // or reason set, a new curve blob. The caller holds r.mu.
 func (r *Run) write(ctx context.Context, f fields, curve []Step, reason string) (fsstore.Bound, error) {
-	blob := r.blob
+	blob, held := r.blob, r.held
 	switch {
+	case len(curve) == 0 && reason == "" && curve != nil && r.held && r.blob == r.s.emptyDigest():
+		// The result of a trial that reported nothing: its record has
+		// referred to the empty curve's blob since the claim, which Put
+		// it, so every gc scan that reads the name finds the blob
+		// referred to (fsstore's GC): a second Put would only refresh
+		// its time again. Measured: 3 file-server operations per trial
+		// (the blob's folder opened, a stat, a utimensat).
 	case len(curve) == 0 && reason == "" && curve != nil:
-		// The empty curve's blob, stored once per Study (a Put stats the
-		// blob and hashes it again on every trial that reports nothing).
+		// The empty curve's blob (blobForEmpty: Put on every use).
 		var err error
 		if blob, err = r.s.blobForEmpty(ctx); err != nil {
 			return fsstore.Bound{}, err
 		}
+		held = true
 	case curve != nil || reason != "":
 		b, err := encodeCurve(curve, reason)
 		if err != nil {
@@ -148,6 +161,7 @@ func (r *Run) write(ctx context.Context, f fields, curve []Step, reason string) 
 		if blob, err = r.s.store.Put(ctx, b); err != nil {
 			return fsstore.Bound{}, fmt.Errorf("study %s: trial %d: %w", r.s.name, r.number, err)
 		}
+		held = true
 	}
 	bind := r.s.store.Bind
 	if (&Record{State: f.state, Failures: f.fails}).Final(r.s.spec.MaxRetries) {
@@ -158,10 +172,12 @@ func (r *Run) write(ctx context.Context, f fields, curve []Step, reason string) 
 	}
 	b, err := bind(ctx, r.Name(), blob, f.meta())
 	if err != nil {
+		// The record may now refer to blob, or to what it did before.
+		r.held = false
 		return b, fmt.Errorf("study %s: trial %d: %w", r.s.name, r.number, err)
 	}
 	r.s.clock.observe(b.Time)
-	r.f, r.blob = f, blob
+	r.f, r.blob, r.held = f, blob, held
 	return b, nil
 }
 
@@ -387,7 +403,7 @@ func (r *Run) copyOutcome(ctx context.Context, old *Record, prev int) (bool, err
 	f := fieldsOf(old)
 	f.from = prev
 	f.fails = min(f.fails, r.s.spec.MaxRetries)
-	r.blob = old.blob
+	r.blob, r.held = old.blob, false // not Put by this process
 	if _, err := r.write(ctx, f, nil, ""); err != nil {
 		return false, err
 	}

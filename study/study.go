@@ -112,6 +112,9 @@ type timeSource interface {
 var (
 	_ Store = (*fsstore.Store)(nil)
 	_ Store = (*fsstore.Counter)(nil)
+
+	_ newClaimer = (*fsstore.Store)(nil)
+	_ newClaimer = (*fsstore.Counter)(nil)
 )
 
 // Options configure Open.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -383,11 +384,11 @@ func TestParamChoiceKeepsItsCommas(t *testing.T) {
 }
 
 // $SOMA_TRIAL_DIR is the trial's folder across attempts: a retry finds
-// what the interrupted attempt left there. A folder an ended trial left
-// empty is reused for the next one (never with anything in it: obj.py
-// asserts attempt 0 gets an empty folder), so work/ does not fill with
-// one empty folder per trial.
-func TestTrialDirKeptAcrossRetriesReusedWhenEmpty(t *testing.T) {
+// what the interrupted attempt left there. A folder a trial that ended
+// for good left empty is removed (each new trial gets an empty one:
+// obj.py asserts attempt 0 does), so work/ does not fill with one empty
+// folder per trial.
+func TestTrialDirKeptAcrossRetriesRemovedWhenEmpty(t *testing.T) {
 	e := newEnv(t)
 	flags := budget(8)
 	a := e.cmd([]string{"SLOW_TRIAL=0", "SLOW_SECONDS=30", "CHECKPOINT_TRIAL=0"}, append(flags, "--trial", "0", "--kill-grace", "1s")...)
@@ -415,11 +416,9 @@ func TestTrialDirKeptAcrossRetriesReusedWhenEmpty(t *testing.T) {
 	for _, en := range ents {
 		names = append(names, en.Name())
 	}
-	// 0 and 3 hold files; the others were emptied and reused, so only the
-	// last trials' folders are left of them (the last one, and one being
-	// recorded while the next ran).
-	if len(ents) > 4 {
-		t.Errorf("work/s holds %v, want 0, 3 and at most two empty folders", names)
+	// 0 and 3 hold files; the others were left empty and removed.
+	if !slices.Equal(names, []string{"0", "3"}) {
+		t.Errorf("work/s holds %v, want only 0 and 3 (the folders with something in them)", names)
 	}
 }
 

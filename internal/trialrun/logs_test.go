@@ -137,11 +137,11 @@ func TestLocalWorkers(t *testing.T) {
 	}
 }
 
-// emptyDir decides whether a work folder may be given to another trial:
-// only a folder with nothing at all in it.
-func TestEmptyDir(t *testing.T) {
+// removeIfEmpty removes the folder of a trial that ended for good only
+// if nothing at all is in it, and never a link (nor what it points at).
+func TestRemoveIfEmpty(t *testing.T) {
 	base := t.TempDir()
-	mk := func(name string, files ...string) string {
+	mk := func(name string, files ...string) {
 		d := filepath.Join(base, name)
 		if err := os.MkdirAll(d, 0o777); err != nil {
 			t.Fatal(err)
@@ -151,46 +151,41 @@ func TestEmptyDir(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		return d
 	}
-	many := make([]string, 300) // more entries than one read of the folder returns
-	for i := range many {
-		many[i] = fmt.Sprintf("checkpoint-%03d.pt", i)
-	}
-	link := func(name, target string) string {
-		p := filepath.Join(base, name)
-		if err := os.Symlink(target, p); err != nil {
-			t.Fatal(err)
-		}
-		return p
+	mk("empty")
+	mk("file", "ckpt")
+	mk("hidden", ".lock")
+	mk("sub")
+	mk("sub/inner")
+	mk("target")
+	if err := os.Symlink(filepath.Join(base, "target"), filepath.Join(base, "link")); err != nil {
+		t.Fatal(err)
 	}
 	b, err := fsstore.OpenBeneath(base)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	baseFD := b.Fd()
-	sub := mk("sub")
-	mk("sub/inner")
-	cases := []struct {
-		dir  string
-		want bool
+	l := &loop{workDir: b}
+	for _, c := range []struct {
+		name string
+		kept bool
 	}{
-		{mk("empty"), true},
-		{mk("file", "ckpt"), false},
-		{mk("hidden", ".lock"), false},
-		{mk("dots", "..."), false},
-		{sub, false},
-		{mk("many", many...), false},
-		{filepath.Join(base, "missing"), false},
-		{filepath.Join(base, "file", "ckpt"), false}, // not a folder
-		{link("link", mk("target")), false},          // a link to an empty folder: never entered
-	}
-	for _, c := range cases {
-		rel, _ := filepath.Rel(base, c.dir)
-		if got := emptyDir(baseFD, rel); got != c.want {
-			t.Errorf("emptyDir(%s) = %v, want %v", c.dir, got, c.want)
+		{"empty", false},
+		{"file", true},
+		{"hidden", true},
+		{"sub", true},
+		{"link", true}, // a link to an empty folder: not removed, not followed
+		{"missing", false},
+	} {
+		l.removeIfEmpty(filepath.Join(base, c.name))
+		_, err := os.Lstat(filepath.Join(base, c.name))
+		if kept := err == nil; kept != c.kept {
+			t.Errorf("%s after removeIfEmpty: kept %v (%v), want kept %v", c.name, kept, err, c.kept)
 		}
+	}
+	if _, err := os.Stat(filepath.Join(base, "target")); err != nil {
+		t.Errorf("the link's target: %v, want it kept", err)
 	}
 }
 

@@ -87,7 +87,6 @@ type loop struct {
 	sig   <-chan os.Signal
 	mu    sync.Mutex
 	stops map[int]chan objective.Stop // running objectives by worker
-	spare map[int][]string            // per worker: ended trials' folders, to reuse if empty
 	logs  map[int]*workerLog          // per worker, opened on its first trial
 	env   []string                    // the objectives' base environment, read once
 
@@ -125,7 +124,7 @@ func Run(ctx context.Context, st *study.Study, root string, o Options, sig <-cha
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
-	l := &loop{st: st, root: root, o: o, sig: sig, stops: map[int]chan objective.Stop{}, spare: map[int][]string{}, logs: map[int]*workerLog{}}
+	l := &loop{st: st, root: root, o: o, sig: sig, stops: map[int]chan objective.Stop{}, logs: map[int]*workerLog{}}
 	l.sum.States = map[string]int{}
 	if l.env = o.Env; l.env == nil {
 		l.env = os.Environ() // once, not per trial
@@ -514,7 +513,7 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) (record func()
 		return nil, err
 	}
 	dir := WorkDir(l.root, name, n)
-	if err := l.makeWorkDir(w, dir); err != nil {
+	if err := l.makeWorkDir(dir); err != nil {
 		return nil, l.giveBack(ctx, run, fmt.Errorf("trial folder: %w", err), "make the work folder writable")
 	}
 	wl, err := l.workerLog(w)
@@ -709,11 +708,8 @@ func (l *loop) record(ctx context.Context, w int, run *study.Run, res objective.
 		return fmt.Errorf("soma-trial: record trial %d.%d: %w", n, a, ferr)
 	}
 	if state == study.StateDone || state == study.StatePruned {
-		// Never run again: if the objective left its folder empty, the
-		// next trial of this worker gets it (makeWorkDir).
-		l.mu.Lock()
-		l.spare[w] = append(l.spare[w], dir)
-		l.mu.Unlock()
+		// Never run again: a folder the objective left empty goes.
+		l.removeIfEmpty(dir)
 	}
 	detail := ""
 	switch state {
@@ -776,68 +772,33 @@ func (l *loop) openDirs() error {
 	return nil
 }
 
-// makeWorkDir makes a trial's working folder: a retry finds it there,
-// with whatever the earlier attempt left. A new one is, where possible,
-// the folder of one of this worker's earlier trials renamed, if that
-// trial ended for good and its objective left it empty: a directory is the costliest
-// thing a trial creates (measured: 170 µs of CPU of 2.1 ms per trial on
-// ext4), a rename costs a fifth of that, and work/ then holds only the
-// folders that have something in them (and the latest of each worker),
-// not one empty folder per trial.
-//
-// All of it relative to work/<study> opened without following links
-// (openDirs): a link at the trial's folder is refused (fsstore.ErrForeign),
-// never entered. (The objective is then started in the folder by its
-// path: exec has no fchdir, so a link swapped in between this check and
-// the start would still be followed.)
-func (l *loop) makeWorkDir(w int, dir string) error {
-	base := filepath.Base(dir)
-	for {
-		l.mu.Lock()
-		spares := l.spare[w]
-		spare := ""
-		if len(spares) > 0 {
-			spare, l.spare[w] = spares[0], spares[1:]
-		}
-		l.mu.Unlock()
-		if spare == "" {
-			break
-		}
-		// renameat, not os.Rename: os.Rename stats the target first. A
-		// folder cannot replace a link (ENOTDIR): Mkdir below says what
-		// is there.
-		if sb := filepath.Base(spare); sb != base && emptyDir(l.workDir.Fd(), sb) && l.workDir.Rename(sb, base) == nil {
-			return nil
-		}
-	}
-	return l.workDir.Mkdir(base)
+// makeWorkDir makes a trial's working folder (one mkdirat): a retry
+// finds it there, with whatever the earlier attempt left. It is made
+// relative to work/<study> opened without following links (openDirs): a
+// link at the trial's folder is refused (fsstore.ErrForeign), never
+// entered. (The objective is then started in the folder by its path:
+// exec has no fchdir, so a link swapped in between this check and the
+// start would still be followed.)
+func (l *loop) makeWorkDir(dir string) error {
+	return l.workDir.Mkdir(filepath.Base(dir))
 }
 
-// emptyDir reports whether name in the folder dirFD is a folder (not a
-// link) with nothing in it. It reads the folder with a raw descriptor
-// (os.Open costs four fcntl and an epoll_ctl more, on every trial) until
-// the end: only "." and "..".
-func emptyDir(dirFD int, name string) bool {
-	fd, err := unix.Openat(dirFD, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false
-	}
-	defer unix.Close(fd)
-	var buf [1024]byte
+// removeIfEmpty removes the working folder of a trial that ended for
+// good if its objective left it empty: one rmdir (unlinkat with
+// AT_REMOVEDIR), which removes only an empty folder (ENOTEMPTY: kept)
+// and never a link (ENOTDIR), relative to work/<study> opened without
+// following links. So work/ holds only the folders with something in
+// them.
+//
+// It replaces reusing such a folder for the worker's next trial (an
+// open, two reads of the folder to see it empty, and a rename: four
+// file-server operations per trial, against this rmdir and the next
+// trial's mkdir; issue 13, item 9).
+func (l *loop) removeIfEmpty(dir string) {
 	for {
-		n, err := unix.Getdents(fd, buf[:])
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return false
-		}
-		if n == 0 {
-			return true
-		}
-		// ParseDirent skips "." and "..": any name is an entry.
-		if _, count, _ := unix.ParseDirent(buf[:n], 1, nil); count > 0 {
-			return false
+		err := unix.Unlinkat(l.workDir.Fd(), filepath.Base(dir), unix.AT_REMOVEDIR)
+		if !errors.Is(err, unix.EINTR) {
+			return // removed, or kept: not empty, gone, not a folder
 		}
 	}
 }

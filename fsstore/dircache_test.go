@@ -1,0 +1,160 @@
+package fsstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// A bind after a claim uses the folder the claim left open (dirCache).
+// If that folder was removed meanwhile (by hand, or on another machine),
+// the bind must land in the folder now at the name's path, made anew if
+// need be, and never follow a link found there: a stale descriptor must
+// not lose a record nor write outside the store.
+func TestBindAfterFolderRemoved(t *testing.T) {
+	ctx := context.Background()
+	d := Sum([]byte("x"))
+	for _, tc := range []struct {
+		name    string
+		replace func(t *testing.T, dir, outside string)
+		foreign bool
+	}{
+		{"removed", func(t *testing.T, dir, _ string) {}, false},
+		{"made again", func(t *testing.T, dir, _ string) {
+			if err := os.Mkdir(dir, 0o777); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"a link in its place", func(t *testing.T, dir, outside string) {
+			if err := os.Symlink(outside, dir); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+	} {
+		for _, seal := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/seal=%v", tc.name, seal), func(t *testing.T) {
+				s := newStore(t)
+				outside := t.TempDir()
+				if won, err := s.ClaimNew(ctx, "t/0/0", d, Meta{{"v", "claim"}}); !won || err != nil {
+					t.Fatalf("ClaimNew = %v, %v", won, err)
+				}
+				dir := filepath.Join(s.names, "t", "0")
+				if err := os.RemoveAll(dir); err != nil {
+					t.Fatal(err)
+				}
+				tc.replace(t, dir, outside)
+				bind := s.Bind
+				if seal {
+					bind = s.Seal
+				}
+				_, err := bind(ctx, "t/0/0", d, Meta{{"v", "result"}})
+				if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+					t.Fatalf("bind wrote %d files outside the store", len(ents))
+				}
+				if tc.foreign {
+					if !errors.Is(err, ErrForeign) {
+						t.Fatalf("bind through a link = %v, want ErrForeign", err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("bind = %v, want the record written in the folder at the path", err)
+				}
+				b, err := s.Resolve(ctx, "t/0/0")
+				if err != nil || b.Meta.Value("v") != "result" {
+					t.Fatalf("Resolve = %v (v=%q), want the result's record", err, b.Meta.Value("v"))
+				}
+			})
+		}
+	}
+}
+
+// Binds to many folders keep at most dirCacheMax of them open, and every
+// bind lands at its own name.
+func TestDirCacheBounded(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	d := Sum([]byte("x"))
+	const n = dirCacheMax + 10
+	for i := range n {
+		name := fmt.Sprintf("t/%d/0", i)
+		if won, err := s.ClaimNew(ctx, name, d, nil); !won || err != nil {
+			t.Fatalf("ClaimNew(%s) = %v, %v", name, won, err)
+		}
+	}
+	for i := range n {
+		name := fmt.Sprintf("t/%d/0", i)
+		if _, err := s.Bind(ctx, name, d, Meta{{"i", fmt.Sprint(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.fds.dirs.mu.Lock()
+	got, order := len(s.fds.dirs.fds), len(s.fds.dirs.order)
+	s.fds.dirs.mu.Unlock()
+	if got != dirCacheMax || order != dirCacheMax {
+		t.Errorf("cached folders: %d (order %d), want %d", got, order, dirCacheMax)
+	}
+	for i := range n {
+		b, err := s.Resolve(ctx, fmt.Sprintf("t/%d/0", i))
+		if err != nil || b.Meta.Value("i") != fmt.Sprint(i) {
+			t.Errorf("t/%d/0: %v, i=%q", i, err, b.Meta.Value("i"))
+		}
+	}
+}
+
+// ClaimNew makes a name's folder in a parent it keeps open (dirCache). If
+// that parent was removed meanwhile, the claim must make the folder in
+// the parent now at the path, and never through a link found there.
+func TestClaimNewAfterParentRemoved(t *testing.T) {
+	ctx := context.Background()
+	d := Sum([]byte("x"))
+	for _, tc := range []struct {
+		name    string
+		replace func(t *testing.T, dir, outside string)
+		foreign bool
+	}{
+		{"removed", func(t *testing.T, dir, _ string) {}, false},
+		{"made again", func(t *testing.T, dir, _ string) {
+			if err := os.Mkdir(dir, 0o777); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"a link in its place", func(t *testing.T, dir, outside string) {
+			if err := os.Symlink(outside, dir); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t)
+			outside := t.TempDir()
+			if won, err := s.ClaimNew(ctx, "s/trial/0/0", d, nil); !won || err != nil {
+				t.Fatalf("ClaimNew = %v, %v", won, err)
+			}
+			dir := filepath.Join(s.names, "s", "trial")
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+			tc.replace(t, dir, outside)
+			won, err := s.ClaimNew(ctx, "s/trial/1/0", d, nil)
+			if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+				t.Fatalf("ClaimNew wrote %d entries outside the store", len(ents))
+			}
+			if tc.foreign {
+				if !errors.Is(err, ErrForeign) {
+					t.Fatalf("ClaimNew through a link = %v, %v; want ErrForeign", won, err)
+				}
+				return
+			}
+			if !won || err != nil {
+				t.Fatalf("ClaimNew = %v, %v; want won in the folder at the path", won, err)
+			}
+			if _, err := s.Resolve(ctx, "s/trial/1/0"); err != nil {
+				t.Fatalf("Resolve = %v, want the claim", err)
+			}
+		})
+	}
+}
