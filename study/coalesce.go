@@ -22,20 +22,10 @@ import (
 // ErrFinished after Finish and ErrSuperseded once a write has found a
 // newer attempt.
 func (r *Run) Add(step int64, value float64) error {
-	if math.IsNaN(value) || math.IsInf(value, 0) {
-		return fmt.Errorf("study %s: trial %d: step %d: value %v is not a finite number (report a number, or finish the trial as failed)", r.s.name, r.number, step, value)
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.check(); err != nil {
+	if err := r.checkStep(step, value); err != nil {
 		return err
-	}
-	if step < 0 || (len(r.curve) > 0 && step <= r.curve[len(r.curve)-1].Step) {
-		last := int64(-1)
-		if len(r.curve) > 0 {
-			last = r.curve[len(r.curve)-1].Step
-		}
-		return fmt.Errorf("study %s: trial %d: step %d after step %d (steps must increase, from 0)", r.s.name, r.number, step, last)
 	}
 	r.curve = append(r.curve, Step{Step: step, Value: value})
 	r.pending = true

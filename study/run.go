@@ -205,27 +205,36 @@ func (r *Run) Heartbeat(ctx context.Context) error {
 	return err
 }
 
-// Report records an intermediate value at step (steps must increase) and
-// asks the study's pruner whether to stop. It rewrites the record and the
-// curve blob, so the curve is watchable while it is drawn, and counts as
-// a heartbeat. With a pruner other than none it reads the other trials'
-// curves (Study.Curves). It returns ErrSuperseded as Heartbeat does.
-func (r *Run) Report(ctx context.Context, step int64, value float64) (prune bool, err error) {
+// checkStep is what Report and Add check of a value before taking it: a
+// run still open, a finite value, and a step after the last one. The
+// caller holds r.mu.
+func (r *Run) checkStep(step int64, value float64) error {
 	if math.IsNaN(value) || math.IsInf(value, 0) {
-		return false, fmt.Errorf("study %s: trial %d: step %d: value %v is not a finite number (report a number, or finish the trial as failed)", r.s.name, r.number, step, value)
+		return fmt.Errorf("study %s: trial %d: step %d: value %v is not a finite number (report a number, or finish the trial as failed)", r.s.name, r.number, step, value)
 	}
-	r.mu.Lock()
 	if err := r.check(); err != nil {
-		r.mu.Unlock()
-		return false, err
+		return err
 	}
 	if step < 0 || (len(r.curve) > 0 && step <= r.curve[len(r.curve)-1].Step) {
 		last := int64(-1)
 		if len(r.curve) > 0 {
 			last = r.curve[len(r.curve)-1].Step
 		}
+		return fmt.Errorf("study %s: trial %d: step %d after step %d (steps must increase, from 0)", r.s.name, r.number, step, last)
+	}
+	return nil
+}
+
+// Report records an intermediate value at step (steps must increase) and
+// asks the study's pruner whether to stop. It rewrites the record and the
+// curve blob, so the curve is watchable while it is drawn, and counts as
+// a heartbeat. With a pruner other than none it reads the other trials'
+// curves (Study.Curves). It returns ErrSuperseded as Heartbeat does.
+func (r *Run) Report(ctx context.Context, step int64, value float64) (prune bool, err error) {
+	r.mu.Lock()
+	if err := r.checkStep(step, value); err != nil {
 		r.mu.Unlock()
-		return false, fmt.Errorf("study %s: trial %d: step %d after step %d (steps must increase, from 0)", r.s.name, r.number, step, last)
+		return false, err
 	}
 	if _, found, err := r.isSuperseded(ctx); err != nil {
 		r.mu.Unlock()
