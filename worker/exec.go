@@ -68,16 +68,7 @@ func (s *session) oneShot(ctx context.Context, running func()) (map[string]Value
 		states = s.addStates(b)
 	}
 	b.end()
-	replies, err := s.send(ctx, b)
-	if err != nil {
-		return nil, nil, err
-	}
-	outputs, err := s.deliver(ctx, pick(replies, outs))
-	if err != nil {
-		return nil, nil, err
-	}
-	stateValues, err := s.storeStates(ctx, pick(replies, states))
-	return outputs, stateValues, err
+	return s.sendBatch(ctx, b, outs, states)
 }
 
 // open takes a slot and the plan's GPUs, prepares its files and env, and
@@ -454,4 +445,21 @@ func tail(path string, n int64) string {
 		return ""
 	}
 	return string(b)
+}
+
+// sendBatch sends the batch b to the daemon and turns its replies into
+// the plan's outputs (outs: output name -> reply index) and stored states
+// (states: node -> reply index). One place for the one-shot and the
+// streamed plan, so both end the same way.
+func (s *session) sendBatch(ctx context.Context, b *batch, outs, states map[string]int) (map[string]Value, map[string]Value, error) {
+	replies, err := s.send(ctx, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	outputs, err := s.deliver(ctx, pick(replies, outs))
+	if err != nil {
+		return nil, nil, err
+	}
+	stateValues, err := s.storeStates(ctx, pick(replies, states))
+	return outputs, stateValues, err
 }

@@ -260,14 +260,5 @@ func (s *session) fitGathered(ctx context.Context, inputs, targets []Value) (map
 		return nil, nil, err
 	}
 	states := s.addStates(b)
-	replies, err := s.send(ctx, b)
-	if err != nil {
-		return nil, nil, err
-	}
-	outputs, err := s.deliver(ctx, pick(replies, outs))
-	if err != nil {
-		return nil, nil, err
-	}
-	stateValues, err := s.storeStates(ctx, pick(replies, states))
-	return outputs, stateValues, err
+	return s.sendBatch(ctx, b, outs, states)
 }
