@@ -239,7 +239,6 @@ func serve(c *cli.Context, stderr io.Writer) error {
 		return err
 	}
 	defer w.Close()
-	fmt.Fprintf(stderr, "soma-worker: serving http://%s (%d CPUs, %d GPUs, python %s)\n", ln.Addr(), res.CPUs, len(res.GPUs), python)
 
 	serveCtx, stopServing := context.WithCancel(context.Background())
 	defer stopServing()
@@ -257,7 +256,13 @@ func serve(c *cli.Context, stderr io.Writer) error {
 			<-served
 			return err
 		}
-		reg, err = worker.Announce(c.Context, store, rec, worker.RegistryOptions{Timeout: c.Duration("timeout"), Logger: logger})
+		// A signal that arrives while announcing must not leave the
+		// record behind: announce to the end, then Close below unbinds
+		// it (a SIGTERM right after start used to exit 1 with "context
+		// canceled" and no cleanup).
+		actx, cancel := context.WithTimeout(context.WithoutCancel(c.Context), time.Minute)
+		reg, err = worker.Announce(actx, store, rec, worker.RegistryOptions{Timeout: c.Duration("timeout"), Logger: logger})
+		cancel()
 		if err != nil {
 			stopServing()
 			<-served
@@ -291,6 +296,9 @@ func serve(c *cli.Context, stderr io.Writer) error {
 		}()
 	}
 
+	// "serving" is printed once the worker is reachable and, with
+	// --root, registered: scripts and tests wait for this line.
+	fmt.Fprintf(stderr, "soma-worker: serving http://%s (%d CPUs, %d GPUs, python %s)\n", ln.Addr(), res.CPUs, len(res.GPUs), python)
 	var serveErr error
 	select {
 	case <-c.Context.Done():

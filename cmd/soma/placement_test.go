@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/status"
+	"github.com/soma-hpc/soma/internal/studytest"
 	"github.com/soma-hpc/soma/internal/testutil"
 )
 
@@ -77,9 +80,7 @@ func startWorker(t *testing.T, root string, args ...string) *startedWorker {
 		w.mu.Unlock()
 		if m := serving.FindStringSubmatch(line); m != nil {
 			w.url = m[1]
-		}
-		if strings.Contains(line, "registered as") {
-			break
+			break // printed once registered
 		}
 	}
 	if w.url == "" || !strings.Contains(w.stderr(), "registered as") {
@@ -171,4 +172,148 @@ func TestWorkerRegisters(t *testing.T) {
 		doc := readWorkersJSON(t, root, timeout)
 		return len(doc.Workers) == 1 && doc.Workers[0].ID == "beta" && !doc.Workers[0].Alive
 	})
+}
+
+// placedPlan writes a fit plan of runFilters that needs tags, and returns
+// its path.
+func placedPlan(t *testing.T, id string, tags ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f.py"), []byte(runFilters), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(strings.Replace(runPlanText, "%s", id, 1), "%s", "fit", 1)
+	if len(tags) > 0 {
+		text = `tags = ["` + strings.Join(tags, `", "`) + `"]` + "\n" + text
+	}
+	p := filepath.Join(dir, id+".toml")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestRunPlaced: soma run ROOT plan.toml sends a plan to a live worker
+// carrying the plan's tags (two real workers with different tags), the
+// same through a real soma-coordinator, and runs it here when no worker
+// is alive.
+func TestRunPlaced(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root")
+	startWorker(t, root, "--tag", "x", "--worker-id", "wx")
+	startWorker(t, root, "--tag", "y", "--worker-id", "wy")
+
+	for _, tc := range []struct{ tag, want string }{{"x", "wx"}, {"y", "wy"}, {"x", "wx"}} {
+		code, out, errOut := soma("run", root, placedPlan(t, "on-"+tc.tag, tc.tag))
+		if code != exitOK || !strings.Contains(out, "succeeded") {
+			t.Fatalf("tags [%s]: exit %d\n%s\n%s", tc.tag, code, out, errOut)
+		}
+		if !strings.Contains(errOut, "placed on worker "+tc.want+" ") {
+			t.Errorf("tags [%s]: stderr %q, want placed on worker %s", tc.tag, errOut, tc.want)
+		}
+	}
+	if code, _, errOut := soma("run", root, placedPlan(t, "on-z", "z")); code != exitError || !strings.Contains(errOut, "no live worker meets the requirement") || !strings.Contains(errOut, "tags z") {
+		t.Errorf("tags [z]: exit %d, %q; want no live worker meets tags z", code, errOut)
+	}
+
+	t.Run("coordinator", func(t *testing.T) {
+		dir := t.TempDir()
+		bin := filepath.Join(dir, "soma-coordinator")
+		if out, err := exec.Command("go", "build", "-o", bin, "../soma-coordinator").CombinedOutput(); err != nil {
+			t.Fatalf("go build soma-coordinator: %v\n%s", err, out)
+		}
+		cmd := exec.Command(bin, "--root", root, "--listen", "127.0.0.1:0")
+		pipe, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+		sc := bufio.NewScanner(pipe)
+		re := regexp.MustCompile(`on (http://\S+)`)
+		url := ""
+		for url == "" && sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				url = m[1]
+			}
+		}
+		if url == "" {
+			t.Fatal("soma-coordinator never said where it serves")
+		}
+		go func() {
+			for sc.Scan() {
+			}
+		}()
+		code, out, errOut := soma("run", "--coordinator", url, placedPlan(t, "via-coordinator", "y"))
+		if code != exitOK || !strings.Contains(out, "succeeded") || !strings.Contains(errOut, "placed on worker wy ") {
+			t.Fatalf("--coordinator: exit %d\n%s\n%s", code, out, errOut)
+		}
+	})
+
+	t.Run("no live worker runs locally", func(t *testing.T) {
+		empty := filepath.Join(t.TempDir(), "empty")
+		if _, err := fsstore.Open(empty, fsstore.Options{Create: true}); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("TMPDIR", t.TempDir())
+		code, out, errOut := soma("run", empty, placedPlan(t, "local", "x"), "--python", testutil.Python())
+		if code != exitOK || !strings.Contains(out, "plan local: succeeded") {
+			t.Fatalf("local: exit %d\n%s\n%s", code, out, errOut)
+		}
+		if !strings.Contains(errOut, "no worker has registered in") || !strings.Contains(errOut, "running plan local here") || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("local: stderr %q, want one line saying it ran here and why", errOut)
+		}
+		t.Setenv("SOMA_PYTHON", "")
+		if code, _, errOut := soma("run", empty, placedPlan(t, "nopython")); code != exitError || !strings.Contains(errOut, "pass --python") {
+			t.Errorf("no python: exit %d, %q; want an error naming --python", code, errOut)
+		}
+	})
+}
+
+// TestStatusListsWorkers: soma status shows a short workers section, as
+// text and JSON (checked against JSONShape), when workers have
+// registered in the root; none otherwise.
+func TestStatusListsWorkers(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	root, _ := workersRoot(t, timeout)
+	code, out, errOut := soma("status", root, "--worker-timeout", timeout.String())
+	if code != exitOK {
+		t.Fatalf("soma status: exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"workers  2 alive, 1 dead; 1 of 4 slots held", "node12  alive  1/2  torch  http://node12:7070", "node3  dead ", "1 worker record(s) cannot be read"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("soma status lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, errOut = soma("status", root, "--json", "--worker-timeout", timeout.String())
+	if code != exitOK {
+		t.Fatalf("soma status --json: exit %d: %s", code, errOut)
+	}
+	for _, e := range studytest.CheckShape(status.JSONShape, []byte(out)) {
+		t.Error(e)
+	}
+	var doc struct {
+		Workers *struct {
+			Alive, Dead int
+			List        []struct{ ID string }
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Workers == nil || doc.Workers.Alive != 2 || doc.Workers.Dead != 1 || len(doc.Workers.List) != 3 {
+		t.Errorf("--json workers = %+v, want 2 alive, 1 dead, 3 listed", doc.Workers)
+	}
+
+	empty := filepath.Join(t.TempDir(), "empty")
+	if _, err := fsstore.Open(empty, fsstore.Options{Create: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, out, _ := soma("status", empty); strings.Contains(out, "workers") {
+		t.Errorf("a root without workers shows a workers section:\n%s", out)
+	}
+	if _, out, _ := soma("status", empty, "--json"); strings.Contains(out, `"workers"`) {
+		t.Errorf("a root without workers has workers in --json:\n%s", out)
+	}
 }
