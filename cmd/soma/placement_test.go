@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"github.com/soma-hpc/soma/internal/status"
 	"github.com/soma-hpc/soma/internal/studytest"
 	"github.com/soma-hpc/soma/internal/testutil"
+	"github.com/soma-hpc/soma/worker"
 )
 
 // workerBin builds cmd/soma-worker once per test binary.
@@ -316,4 +318,65 @@ func TestStatusListsWorkers(t *testing.T) {
 	if _, out, _ := soma("status", empty, "--json"); strings.Contains(out, `"workers"`) {
 		t.Errorf("a root without workers has workers in --json:\n%s", out)
 	}
+}
+
+const sleepyFilter = `
+import time
+class Sleepy:
+    def forward(self, X):
+        print("sleeping")
+        time.sleep(600)
+        return X
+`
+
+// TestWorkerRecordFollowsPlans: a registered soma-worker's record lists a
+// running plan among its active plans (soma workers --json), and drops it
+// once the plan ends.
+func TestWorkerRecordFollowsPlans(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root")
+	w := startWorker(t, root, "--worker-id", "busy")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "s.py"), []byte(sleepyFilter), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := worker.ParsePlan([]byte(`id = "long"
+mode = "forward"
+[input]
+object = 1
+[[nodes]]
+id = "n"
+file = "s.py"
+class = "Sleepy"
+`), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := worker.NewClient(w.url, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := c.Submit(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	active := func() string {
+		code, out, errOut := soma("workers", root, "--json")
+		if code != exitOK {
+			t.Fatalf("soma workers: %s", errOut)
+		}
+		var doc struct {
+			Workers []struct {
+				ActivePlans []string `json:"active_plans"`
+			} `json:"workers"`
+		}
+		if err := json.Unmarshal([]byte(out), &doc); err != nil || len(doc.Workers) != 1 {
+			t.Fatalf("soma workers --json: %v\n%s", err, out)
+		}
+		return strings.Join(doc.Workers[0].ActivePlans, ",")
+	}
+	poll(t, "the record lists plan long", func() bool { return active() == "long" })
+	if err := c.Cancel(ctx, "long"); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the record drops plan long", func() bool { return active() == "" })
 }
