@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -379,4 +381,70 @@ class = "Sleepy"
 		t.Fatal(err)
 	}
 	poll(t, "the record drops plan long", func() bool { return active() == "" })
+}
+
+// TestRunCancelsOnLostLease: when soma run's lease disappears while the
+// plan runs (here unbound by hand, as a placer that reclaimed it would),
+// the plan is cancelled on the worker and soma run fails saying why.
+func TestRunCancelsOnLostLease(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root")
+	w := startWorker(t, root, "--worker-id", "lossy", "--timeout", "1s")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "s.py"), []byte(sleepyFilter), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plan := filepath.Join(dir, "long.toml")
+	if err := os.WriteFile(plan, []byte("id = \"long\"\nmode = \"forward\"\n[input]\nobject = 1\n[[nodes]]\nid = \"n\"\nfile = \"s.py\"\nclass = \"Sleepy\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type ran struct {
+		code        int
+		out, errOut string
+	}
+	done := make(chan ran, 1)
+	go func() {
+		code, out, errOut := soma("run", root, plan, "--timeout", "1s")
+		done <- ran{code, out, errOut}
+	}()
+	c, err := worker.NewClient(w.url, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	poll(t, "plan long running on the worker", func() bool {
+		res, err := c.Get(ctx, "long")
+		return err == nil && res.State == worker.StateRunning
+	})
+	store, err := fsstore.Open(root, fsstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Placement picks a free slot at random among equals: unbind
+	// whichever holds the lease.
+	unbound := 0
+	for slot := range 64 {
+		err := store.Unbind(ctx, fmt.Sprintf("leases/lossy/%d", slot))
+		switch {
+		case err == nil:
+			unbound++
+		case !errors.Is(err, fsstore.ErrNotFound):
+			t.Fatal(err)
+		}
+	}
+	if unbound != 1 {
+		t.Fatalf("unbound %d leases of worker lossy, want the plan's 1", unbound)
+	}
+	var r ran
+	select {
+	case r = <-done:
+	case <-time.After(2 * time.Minute): // a deadline for the event, not a timing assertion
+		t.Fatal("soma run did not end after its lease was lost")
+	}
+	if r.code != exitError || !strings.Contains(r.errOut, "lease lost") {
+		t.Fatalf("soma run: exit %d\n%s\n%s; want exit 1 naming the lost lease", r.code, r.out, r.errOut)
+	}
+	poll(t, "plan long cancelled on the worker", func() bool {
+		res, err := c.Get(ctx, "long")
+		return err == nil && res.State == worker.StateCancelled
+	})
 }
