@@ -176,6 +176,13 @@ func TestWorkerRegisters(t *testing.T) {
 		doc := readWorkersJSON(t, root, timeout)
 		return len(doc.Workers) == 1 && doc.Workers[0].ID == "beta" && !doc.Workers[0].Alive
 	})
+
+	// Only a dead worker left: soma run runs the plan here, saying why.
+	t.Setenv("TMPDIR", t.TempDir())
+	code, out, errOut := soma("run", root, placedPlan(t, "after-death"), "--timeout", timeout.String(), "--python", testutil.Python())
+	if code != exitOK || !strings.Contains(out, "succeeded") || !strings.Contains(errOut, "the 1 worker(s) registered in") || !strings.Contains(errOut, "are dead") {
+		t.Fatalf("with only a dead worker: exit %d\n%s\n%s", code, out, errOut)
+	}
 }
 
 // placedPlan writes a fit plan of runFilters that needs tags, and returns

@@ -172,28 +172,27 @@ func runPlan(c *cli.Context) error {
 	return nil
 }
 
-// runOn sends p to the worker at url and waits for its result. lost, if
-// not nil, cancels the plan when it is closed (the placement's lease may
-// have gone to another placer).
-func runOn(ctx context.Context, url, token string, store *fsstore.Store, p *worker.Plan, lost func() (<-chan struct{}, error)) (*worker.Result, error) {
+// runOn sends p to the worker at url and waits for its result. With a
+// placement, the plan is cancelled when pl.Lost() closes: the lease may
+// then belong to another placer, which may send that slot a plan.
+func runOn(ctx context.Context, url, token string, store *fsstore.Store, p *worker.Plan, pl *worker.Placement) (*worker.Result, error) {
 	client, err := worker.NewClient(url, token, nil)
 	if err != nil {
 		return nil, usageError{err}
 	}
 	client.Store = store
-	if lost == nil {
+	if pl == nil {
 		return client.Run(ctx, p)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ch, _ := lost()
 	var lostErr error
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
 		select {
-		case <-ch:
-			_, lostErr = lost()
+		case <-pl.Lost():
+			lostErr = pl.Err()
 			cancel()
 		case <-ctx.Done():
 		}
@@ -246,7 +245,7 @@ func placeAndRun(c *cli.Context, store *fsstore.Store, coord, token string, p *w
 		}
 	}()
 	fmt.Fprintf(c.App.ErrWriter, "soma run: plan %s placed on worker %s (%s), slot %d\n", p.ID, pl.Worker.ID, pl.Worker.Address, pl.Lease.Slot)
-	return runOn(ctx, pl.Worker.Address, token, store, p, func() (<-chan struct{}, error) { return pl.Lost(), pl.Err() })
+	return runOn(ctx, pl.Worker.Address, token, store, p, pl)
 }
 
 // runLocally runs p in this process's own worker (no HTTP server, no
