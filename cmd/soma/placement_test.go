@@ -455,3 +455,20 @@ func TestRunCancelsOnLostLease(t *testing.T) {
 		return err == nil && res.State == worker.StateCancelled
 	})
 }
+
+// TestRunPlacedWithToken: a placed plan carries --token-file to the
+// worker; without it the worker's refusal names the flag.
+func TestRunPlacedWithToken(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root")
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte("tok-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, root, "--token-file", tok)
+	if code, _, errOut := soma("run", root, placedPlan(t, "no-token")); code != exitError || !strings.Contains(errOut, "--token-file") {
+		t.Errorf("without a token: exit %d, %q; want a refusal naming --token-file", code, errOut)
+	}
+	if code, out, errOut := soma("run", root, placedPlan(t, "with-token"), "--token-file", tok); code != exitOK || !strings.Contains(out, "succeeded") {
+		t.Errorf("with the token: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
