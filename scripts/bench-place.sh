@@ -3,8 +3,9 @@
 # the registry and the leases, claim a lease by link(2)) with 10 and 1000
 # registered workers, side by side with the floor: listing the same
 # folders and reading every record with bare open/fstat/read, plus one
-# durable link(2) claim (write, fsync, link, fsync the folder). Prints a
-# markdown table of p50 and p99 in milliseconds.
+# durable link(2) claim (write, fsync, link, fsync the folder). Then no-op
+# plans per second through placement vs straight to known workers (8
+# senders). Prints markdown tables; placement latency in milliseconds.
 #
 #   bash scripts/bench-place.sh                 (make bench runs it)
 #   SOMA_BENCH_PLACE_N=300 bash scripts/bench-place.sh
@@ -33,4 +34,27 @@ END {
 	for (j = 1; j <= k; j++) { n = order[j]
 		printf "| %s | %.1f | %.1f | %.1f | %.1f | %.2fx |\n", n, p50[n, "soma"]/1000, p99[n, "soma"]/1000, p50[n, "floor"]/1000, p99[n, "floor"]/1000, p50[n, "soma"]/p50[n, "floor"]
 	}
+}'
+
+# Throughput end to end: 8 senders, a no-op plan, 2 workers of 4 slots
+# behind loopback HTTP; placed through the folder vs sent straight to
+# known workers (the peer: what placement costs is the difference).
+P=${SOMA_BENCH_PLACED_N:-200}
+out=$(go test -run '^$' -bench '^BenchmarkPlacedPlans$' -benchtime "${P}x" ./worker/)
+echo
+echo "## no-op plans per second, 8 senders, 2 workers x 4 slots: placed vs straight to known workers"
+echo
+echo "$P plans each, on $fstype, $(nproc) cores, load average $(cut -d' ' -f1 /proc/loadavg)."
+echo
+echo "| path | plans/s |"
+echo "|---|---:|"
+echo "$out" | awk '
+/^BenchmarkPlacedPlans\// {
+	split($1, a, "/"); v = a[2]; sub(/-[0-9]+$/, "", v)
+	for (i = 1; i <= NF; i++) if ($(i) == "plans/s") r[v] = $(i-1)
+}
+END {
+	printf "| placed (Place, send, Release) | %.0f |\n", r["placed"]
+	printf "| direct (send to a known worker) | %.0f |\n", r["direct"]
+	if (r["direct"] > 0) printf "| placed / direct | %.2f |\n", r["placed"] / r["direct"]
 }'

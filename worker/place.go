@@ -476,3 +476,10 @@ func (w WorkerInfo) hasRoom(req Requirement) bool {
 		(req.CPUs == 0 || req.CPUs <= c.CPUs-w.Used.CPUs) &&
 		(req.Memory == 0 || req.Memory <= c.MemoryBytes-min(c.MemoryBytes, w.Used.Memory))
 }
+
+// Requirement returns what the plan asks of the worker it is placed on:
+// its [resources] and its tags.
+func (p *Plan) Requirement() Requirement {
+	a := p.Resources
+	return Requirement{GPUs: a.GPUs, CPUs: a.CPUs, Memory: a.Memory, Tags: a.Tags}
+}

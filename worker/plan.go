@@ -104,6 +104,7 @@ type planFile struct {
 	Mode      string            `toml:"mode"`
 	Seed      int64             `toml:"seed"`
 	Timeout   string            `toml:"timeout"`
+	Tags      []string          `toml:"tags"`
 	Outputs   []string          `toml:"outputs"`
 	Files     []string          `toml:"files"`
 	Env       envFile           `toml:"env"`
@@ -186,7 +187,12 @@ func ParsePlan(text []byte, dir string) (*Plan, error) {
 		Outputs:   pf.Outputs,
 		Env:       EnvRequest(pf.Env),
 		Metadata:  pf.Metadata,
-		Resources: Ask{GPUs: pf.Resources.GPUs, CPUs: pf.Resources.CPUs, Memory: pf.Resources.Memory},
+		Resources: Ask{GPUs: pf.Resources.GPUs, CPUs: pf.Resources.CPUs, Memory: pf.Resources.Memory, Tags: pf.Tags},
+	}
+	for _, t := range pf.Tags {
+		if t == "" || strings.ContainsAny(t, " \t\n,") {
+			return nil, fmt.Errorf("%w: tag %q: want a non-empty word without spaces or commas, as soma-worker --tag gives", ErrInvalidPlan, t)
+		}
 	}
 	if pf.Timeout != "" {
 		d, err := time.ParseDuration(pf.Timeout)

@@ -14,6 +14,7 @@ mode = "fit"
 seed = 3
 timeout = "90s"
 outputs = ["b"]
+tags = ["torch", "a100"]
 [env]
 requirements = ["numpy>=1.20"]
 system_site_packages = true
@@ -80,6 +81,11 @@ func TestParsePlan(t *testing.T) {
 		t.Errorf("env %+v resources %+v metadata %v", p.Env, p.Resources, p.Metadata)
 	case p.States["a"].Ref == "":
 		t.Errorf("states = %+v", p.States)
+	case strings.Join(p.Resources.Tags, ",") != "torch,a100":
+		t.Errorf("tags = %v, want torch,a100", p.Resources.Tags)
+	}
+	if r := p.Requirement(); r.GPUs != 1 || len(r.Tags) != 2 {
+		t.Errorf("Requirement() = %+v, want 1 GPU and the plan's tags", r)
 	}
 }
 
@@ -100,6 +106,7 @@ class = "B"`, `"g.py"`},
 		{"reserved id", `id = "a"`, `id = "input"`, "reserved"},
 		{"output not a node", `outputs = ["b"]`, `outputs = ["z"]`, `outputs: "z"`},
 		{"bad id", `id = "p1"`, `id = "../p"`, `id "../p"`},
+		{"tag with a comma", `tags = ["torch", "a100"]`, `tags = ["torch,a100"]`, `tag "torch,a100"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !strings.Contains(planText, tc.from) {

@@ -140,6 +140,11 @@ type Ask struct {
 	GPUs   int    `msgpack:"gpus"`
 	CPUs   int    `msgpack:"cpus"`
 	Memory uint64 `msgpack:"memory"`
+	// Tags are worker tags the plan needs (a plan file's top-level
+	// tags): placement picks a worker carrying every one. The worker
+	// itself does not check them (a plan run locally, or sent straight
+	// with --worker, runs wherever it is sent).
+	Tags []string `msgpack:"tags,omitempty"`
 }
 
 // Kind is the kind of a Value.

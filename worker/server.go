@@ -162,7 +162,7 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, ErrDuplicatePlan):
 		return http.StatusConflict
-	case errors.Is(err, ErrClosed):
+	case errors.Is(err, ErrClosed), errors.Is(err, ErrFull):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusBadRequest

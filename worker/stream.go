@@ -119,6 +119,7 @@ func (w *Worker) runStream(ctx context.Context, msgs <-chan *StreamMessage, send
 	if err != nil {
 		return err
 	}
+	w.changed()
 	defer w.running.Done()
 	defer stop()
 	// The stream's end (client gone, server closing) ends the plan.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -48,6 +49,13 @@ var (
 	ErrInvalidPlan = errors.New("worker: invalid plan")
 	// ErrClosed: the worker is shutting down.
 	ErrClosed = errors.New("worker: closed")
+	// ErrFull: the worker already runs as many plans as it has slots
+	// (Limits.MaxPlans). Placement hands out one lease per slot, so a
+	// placed plan never meets it; a plan sent past placement (soma run
+	// --worker, a second placer with a stale view) does, and is refused
+	// rather than queued: the issue asks the workers themselves to check
+	// overbooking.
+	ErrFull = errors.New("worker: every slot is busy")
 )
 
 // Options configure New.
@@ -80,6 +88,12 @@ type Options struct {
 	InlineLimit int
 	IdleDaemons int
 	Logger      *slog.Logger
+	// OnChange, if set, is called after a plan is accepted and after one
+	// ends, outside the worker's lock, with the ids of the plans not yet
+	// ended (sorted). soma-worker uses it to keep its record's load
+	// current. It must not block for long: calls are made from the
+	// submitting and finishing goroutines.
+	OnChange func(active []string)
 }
 
 // Worker runs plans. It is safe for concurrent use; Close ends it.
@@ -170,6 +184,7 @@ func (w *Worker) Submit(p *Plan) error {
 	if err != nil {
 		return err
 	}
+	w.changed()
 	go func() {
 		defer w.running.Done()
 		defer stop()
@@ -194,6 +209,9 @@ func (w *Worker) register(p *Plan) (*planRecord, context.Context, context.Cancel
 	if old, ok := w.plans[p.ID]; ok && !old.state.Done() {
 		return nil, nil, nil, fmt.Errorf("%w: %q", ErrDuplicatePlan, p.ID)
 	}
+	if n := w.runningLocked(); n >= cap(w.slots) {
+		return nil, nil, nil, fmt.Errorf("%w: %d of %d plans running; plan %q refused (place plans with soma run ROOT, which waits for a free slot, or start the worker with a larger --max-plans)", ErrFull, n, cap(w.slots), p.ID)
+	}
 	timeout := w.o.PlanTimeout
 	if p.TimeoutSeconds > 0 {
 		timeout = time.Duration(p.TimeoutSeconds * float64(time.Second))
@@ -205,6 +223,27 @@ func (w *Worker) register(p *Plan) (*planRecord, context.Context, context.Cancel
 	w.plans[p.ID] = rec
 	w.running.Add(1)
 	return rec, ctx, func() { stop(); cancel(nil) }, nil
+}
+
+// changed tells Options.OnChange which plans have not ended.
+func (w *Worker) changed() {
+	if w.o.OnChange != nil {
+		w.o.OnChange(w.Active())
+	}
+}
+
+// Active returns the ids of the plans that have not ended, sorted.
+func (w *Worker) Active() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var ids []string
+	for id, rec := range w.plans {
+		if !rec.state.Done() {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // Run submits p and waits for its result. If ctx ends first the plan is
@@ -269,6 +308,11 @@ func (w *Worker) Cancel(id string) error {
 func (w *Worker) Running() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.runningLocked()
+}
+
+// runningLocked is Running with w.mu held.
+func (w *Worker) runningLocked() int {
 	n := 0
 	for _, rec := range w.plans {
 		if !rec.state.Done() {
@@ -336,6 +380,7 @@ func (w *Worker) finish(rec *planRecord, res *Result) {
 	}
 	w.mu.Unlock()
 	close(rec.done)
+	w.changed()
 }
 
 // forget drops a finished plan's record; w.mu is held.

@@ -10,16 +10,21 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/slurm"
 	"github.com/soma-hpc/soma/worker"
 	"github.com/soma-hpc/soma/zarr"
 )
@@ -61,6 +66,14 @@ plans may send values as blob:sha256:... references and zarr:PATH?rows=A:B
 (PATH relative to the root), the Python files by digest, and large outputs
 and trained states come back as blob references. Without --root every
 value travels inline.
+
+REGISTRATION: with --root the worker announces itself at ROOT/workers/ID
+(address, CPUs, memory, GPUs, tags, --max-plans slots, Slurm job) and
+touches that record every --timeout/3; soma run ROOT plan.toml places
+plans on it through leases, one per slot, and soma workers ROOT lists it.
+SIGINT/SIGTERM removes the record before the server stops; a worker that
+is killed is counted dead once its heartbeat is older than --timeout. The
+worker refuses (HTTP 503) a plan beyond its --max-plans slots.
 
 SAFETY: a worker runs whatever code a plan ships. It refuses to listen
 beyond loopback without --token-file, and refuses a token file that group
@@ -108,6 +121,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			&cli.DurationFlag{Name: "plan-timeout", Value: worker.DefaultPlanTimeout, Usage: "timeout of a plan that sets none"},
 			&cli.DurationFlag{Name: "cancel-grace", Value: worker.DefaultCancelGrace, Usage: "between SIGINT and SIGKILL for a cancelled plan"},
 			&cli.StringFlag{Name: "nvml", Usage: "path of libnvidia-ml.so.1 (default: the loader's search)"},
+			&cli.StringFlag{Name: "advertise", Usage: "with --root: the URL placers send plans to (default http://HOST:PORT: the --listen address, or this host's name when listening on all addresses)"},
+			&cli.StringFlag{Name: "worker-id", Usage: "with --root: the worker's id in ROOT/workers/ (default NODE-PORT)"},
+			&cli.DurationFlag{Name: "timeout", Value: worker.DefaultHeartbeatTimeout, Usage: "with --root: readers count the worker dead after this long without a heartbeat (soma workers --timeout must match)"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log each daemon start and plan"},
 		},
 		Action: func(c *cli.Context) error {
@@ -188,21 +204,173 @@ func serve(c *cli.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if c.Duration("timeout") <= 0 {
+		return usagef("--timeout %s: want a positive duration such as 30s", c.Duration("timeout"))
+	}
+	ln, err := net.Listen("tcp", c.String("listen"))
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer ln.Close()
+	// The record's load follows the plans: OnChange keeps only the
+	// latest view and wakes the updater, which rewrites the record at
+	// most once per wake-up (a burst of plans costs one Update, not one
+	// per plan).
+	var (
+		loadMu  sync.Mutex
+		active  []string
+		changes = make(chan struct{}, 1)
+	)
 	w, err := worker.New(worker.Options{
 		Store: store, Envs: envs, Python: python, WorkDir: workDir, ZarrCache: cache,
 		Resources: res, Limits: limits, Tags: c.StringSlice("tag"),
 		PlanTimeout: c.Duration("plan-timeout"), CancelGrace: c.Duration("cancel-grace"), Logger: logger,
+		OnChange: func(ids []string) {
+			loadMu.Lock()
+			active = ids
+			loadMu.Unlock()
+			select {
+			case changes <- struct{}{}:
+			default:
+			}
+		},
 	})
 	if err != nil {
 		return err
 	}
 	defer w.Close()
-	ln, err := net.Listen("tcp", c.String("listen"))
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+
+	serveCtx, stopServing := context.WithCancel(context.Background())
+	defer stopServing()
+	served := make(chan error, 1)
+	go func() { served <- worker.NewServer(w, token).Serve(serveCtx, ln) }()
+
+	var reg *worker.Registration
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	var owned sync.WaitGroup
+	if store != nil {
+		rec, err := recordOf(c, ln.Addr().(*net.TCPAddr), res, w.Capabilities().MaxPlans)
+		if err != nil {
+			stopServing()
+			<-served
+			return err
+		}
+		// A signal that arrives while announcing must not leave the
+		// record behind: announce to the end, then Close below unbinds
+		// it (a SIGTERM right after start used to exit 1 with "context
+		// canceled" and no cleanup).
+		actx, cancel := context.WithTimeout(context.WithoutCancel(c.Context), time.Minute)
+		reg, err = worker.Announce(actx, store, rec, worker.RegistryOptions{Timeout: c.Duration("timeout"), Logger: logger})
+		cancel()
+		if err != nil {
+			stopServing()
+			<-served
+			return err
+		}
+		fmt.Fprintf(stderr, "soma-worker: registered as %s at %s (%d slots)\n", rec.ID, rec.Address, rec.Slots)
+		owned.Add(2)
+		go func() {
+			defer owned.Done()
+			if err := reg.Run(runCtx); err != nil && !errors.Is(err, worker.ErrRegistrationClosed) {
+				logger.Warn("heartbeats stopped", "err", err)
+			}
+		}()
+		go func() {
+			defer owned.Done()
+			for {
+				select {
+				case <-runCtx.Done():
+					return
+				case <-changes:
+				}
+				loadMu.Lock()
+				ids := active
+				loadMu.Unlock()
+				r := reg.Record()
+				r.Load, r.ActivePlans = len(ids), ids
+				if err := reg.Update(runCtx, r); err != nil && runCtx.Err() == nil && !errors.Is(err, worker.ErrRegistrationClosed) {
+					logger.Warn("record update failed; the next change tries again", "err", err)
+				}
+			}
+		}()
 	}
+
+	// "serving" is printed once the worker is reachable and, with
+	// --root, registered: scripts and tests wait for this line.
 	fmt.Fprintf(stderr, "soma-worker: serving http://%s (%d CPUs, %d GPUs, python %s)\n", ln.Addr(), res.CPUs, len(res.GPUs), python)
-	return worker.NewServer(w, token).Serve(c.Context, ln)
+	var serveErr error
+	select {
+	case <-c.Context.Done():
+	case serveErr = <-served:
+	}
+	// Leave placement first, so no placer picks this worker while it
+	// stops; then end the owned goroutines; then stop the server.
+	var closeErr error
+	if reg != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		closeErr = reg.Close(cctx)
+		cancel()
+	}
+	stopRun()
+	owned.Wait()
+	if serveErr == nil {
+		stopServing()
+		serveErr = <-served
+	}
+	return errors.Join(serveErr, closeErr)
+}
+
+// recordOf is the worker's record in the store: its id, the URL plans
+// reach it at, what it offers, and where it runs (Slurm's job and node
+// are filled here: package worker does not import slurm).
+func recordOf(c *cli.Context, addr *net.TCPAddr, res worker.Resources, slots int) (worker.WorkerRecord, error) {
+	me, err := slurm.Self()
+	if err != nil {
+		return worker.WorkerRecord{}, fmt.Errorf("reading the Slurm environment: %w", err)
+	}
+	node := me.Host
+	if me.InJob && me.Job.Node != "" {
+		node = me.Job.Node
+	}
+	id := worker.DefaultWorkerID(node, addr.Port)
+	if s := c.String("worker-id"); s != "" {
+		if id, err = worker.ParseWorkerID(s); err != nil {
+			return worker.WorkerRecord{}, usagef("--worker-id: %v", err)
+		}
+	}
+	address := c.String("advertise")
+	if address == "" {
+		// A worker listening on one address is reached there; one
+		// listening on all of them (0.0.0.0) by this node's name —
+		// advertising 0.0.0.0 would send placers to themselves.
+		host := node
+		if !addr.IP.IsUnspecified() {
+			host = addr.IP.String()
+		}
+		address = "http://" + net.JoinHostPort(host, strconv.Itoa(addr.Port))
+	} else if u, err := url.Parse(address); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return worker.WorkerRecord{}, usagef("--advertise %q: want a URL such as http://node12:7070", address)
+	}
+	rec := worker.WorkerRecord{
+		ID: id, Address: strings.TrimRight(address, "/"), Capabilities: worker.RecordCapabilitiesOf(res),
+		Tags: c.StringSlice("tag"), Slots: max(slots, 1), SomaVersion: somaVersion(),
+		Host: me.Host, PID: me.PID,
+	}
+	if me.InJob {
+		rec.SlurmJob = me.Job.Ref().String()
+		rec.SlurmNode = me.Job.Node
+	}
+	return rec, nil
+}
+
+// somaVersion is the module version the binary was built from, or
+// "(devel)" for a build from a checkout.
+func somaVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
 }
 
 // dirsOf returns the env and work folders: node-local by default.

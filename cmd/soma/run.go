@@ -1,30 +1,53 @@
 package main
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/slurm"
 	"github.com/soma-hpc/soma/worker"
 	"github.com/soma-hpc/soma/zarr"
 )
 
-const runDescription = `Sends a plan (a TOML file) to a soma-worker, waits, and prints the
+const runDescription = `Runs a plan (a TOML file) on a soma-worker, waits, and prints the
 result: each output, the trained states of a fit (blob references to send
 back with --state, or in the plan's [states]), the filters' printed
 output, and on failure the error and the Python traceback. ^C cancels the
 plan on the worker. Exits 1 when the plan fails or is cancelled.
 
+WHERE IT RUNS:
+   soma run ROOT plan.toml            placement through the folder: a live
+                                      worker registered in ROOT (soma-worker
+                                      --root ROOT) that has the plan's
+                                      [resources] and tags, on a free slot
+                                      (waits while every such worker is busy).
+                                      With no live worker at all, the plan
+                                      runs here, in a local Python (--python
+                                      or SOMA_PYTHON), and soma run says so.
+   soma run --coordinator URL plan.toml   placement through soma-coordinator
+                                      (no local fallback: the coordinator
+                                      answers when nobody fits)
+   soma run --worker URL plan.toml    straight to that worker, no placement
+The lease on the worker's slot is kept alive while the plan runs; if it
+is lost (this machine could not reach the folder for --timeout), the plan
+is cancelled.
+
 EXAMPLES:
+   soma run /scratch/$USER/soma examples/worker-digits/fit.toml
    soma run --worker http://127.0.0.1:7070 examples/worker-digits/fit.toml
    soma run --worker http://node12:7070 --token-file ~/.soma/token plan.toml --json
    soma run --worker URL forward.toml --state scale=blob:sha256:9f86... --save-dir out/
@@ -35,6 +58,9 @@ A PLAN FILE (paths relative to it):
    seed = 1
    timeout = "10m"                    # optional; the worker's default otherwise
    outputs = ["clf"]                  # optional; default: the last node
+   tags = ["torch"]                   # optional: placement picks a worker with these
+   [resources]                        # optional: gpus, cpus, memory (bytes)
+   gpus = 1
    [env]
    requirements = []                  # pip specs; system_site_packages, no_index,
    system_site_packages = true        #   find_links, index_url for offline nodes
@@ -58,12 +84,15 @@ func newRunCommand() *cli.Command {
 	return &cli.Command{
 		Name:        "run",
 		Usage:       "run a plan of Python filters on a soma-worker and print the result",
-		UsageText:   "soma run --worker URL [--token-file FILE] PLAN.toml [--json] [--state NODE=REF]... [--save-dir DIR]",
+		UsageText:   "soma run ROOT PLAN.toml | soma run (--worker URL | --coordinator URL) PLAN.toml  [--token-file FILE] [--json] [--state NODE=REF]... [--save-dir DIR]",
 		Description: runDescription,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "worker", Usage: "the worker's URL, http://HOST:PORT (required)", EnvVars: []string{"SOMA_WORKER"}},
-			&cli.StringFlag{Name: "token-file", Usage: "file holding the worker's bearer token (mode 600)", EnvVars: []string{"SOMA_TOKEN_FILE"}},
-			&cli.StringFlag{Name: "root", Usage: "the worker's --root, if this machine sees it too: files and large outputs go through it"},
+			&cli.StringFlag{Name: "worker", Usage: "send the plan straight to this worker, http://HOST:PORT (no placement)", EnvVars: []string{"SOMA_WORKER"}},
+			&cli.StringFlag{Name: "coordinator", Usage: "place the plan through this soma-coordinator, http://HOST:PORT", EnvVars: []string{"SOMA_COORDINATOR"}},
+			&cli.StringFlag{Name: "token-file", Usage: "file holding the workers' (and coordinator's) bearer token (mode 600)", EnvVars: []string{"SOMA_TOKEN_FILE"}},
+			&cli.StringFlag{Name: "root", Usage: "with --worker or --coordinator: the workers' --root, if this machine sees it too: files and large outputs go through it"},
+			&cli.DurationFlag{Name: "timeout", Value: worker.DefaultHeartbeatTimeout, Usage: "with ROOT: a worker or lease silent this long is dead or stale (the workers' --timeout)"},
+			&cli.StringFlag{Name: "python", Usage: "with ROOT: the interpreter for a plan run here when no worker is alive", EnvVars: []string{"SOMA_PYTHON"}},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 			&cli.StringSliceFlag{Name: "state", Usage: "NODE=blob:sha256:... a trained state to load (repeatable; overrides the plan's [states])"},
 			&cli.StringFlag{Name: "save-dir", Usage: "write each array output to DIR/NODE.npy"},
@@ -73,14 +102,29 @@ func newRunCommand() *cli.Command {
 }
 
 func runPlan(c *cli.Context) error {
-	if c.NArg() != 1 {
-		return usagef("want one PLAN.toml, got %d arguments", c.NArg())
+	var rootArg, planArg string
+	switch c.NArg() {
+	case 1:
+		planArg = c.Args().First()
+	case 2:
+		rootArg, planArg = c.Args().Get(0), c.Args().Get(1)
+	default:
+		return usagef("want ROOT PLAN.toml, or PLAN.toml with --worker or --coordinator; got %d arguments", c.NArg())
 	}
-	url := c.String("worker")
-	if url == "" {
-		return usagef("no --worker URL (e.g. --worker http://127.0.0.1:7070)")
+	direct, coord := c.String("worker"), c.String("coordinator")
+	switch {
+	case direct != "" && coord != "":
+		return usagef("--worker and --coordinator: give one (--worker skips placement)")
+	case rootArg != "" && c.String("root") != "":
+		return usagef("ROOT given twice (as an argument and as --root)")
+	case rootArg == "" && direct == "" && coord == "":
+		return usagef("no ROOT, --worker or --coordinator: say where the plan runs (e.g. soma run ROOT plan.toml, or --worker http://127.0.0.1:7070)")
 	}
-	p, err := worker.ParsePlanFile(c.Args().First())
+	root := rootArg
+	if root == "" {
+		root = c.String("root")
+	}
+	p, err := worker.ParsePlanFile(planArg)
 	if err != nil {
 		return err
 	}
@@ -93,18 +137,19 @@ func runPlan(c *cli.Context) error {
 			return err
 		}
 	}
-	client, err := worker.NewClient(url, token, nil)
-	if err != nil {
-		return usageError{err}
-	}
 	var store *fsstore.Store
-	if root := c.String("root"); root != "" {
+	if root != "" {
 		if store, err = fsstore.Open(root, fsstore.Options{}); err != nil {
 			return err
 		}
-		client.Store = store
 	}
-	res, err := client.Run(c.Context, p)
+	var res *worker.Result
+	switch {
+	case direct != "":
+		res, err = runOn(c.Context, direct, token, store, p, nil)
+	default:
+		res, err = placeAndRun(c, store, coord, token, p)
+	}
 	if err != nil {
 		return err
 	}
@@ -125,6 +170,113 @@ func runPlan(c *cli.Context) error {
 		return errPlanFailed{res.State}
 	}
 	return nil
+}
+
+// runOn sends p to the worker at url and waits for its result. With a
+// placement, the plan is cancelled when pl.Lost() closes: the lease may
+// then belong to another placer, which may send that slot a plan.
+func runOn(ctx context.Context, url, token string, store *fsstore.Store, p *worker.Plan, pl *worker.Placement) (*worker.Result, error) {
+	client, err := worker.NewClient(url, token, nil)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	client.Store = store
+	if pl == nil {
+		return client.Run(ctx, p)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var lostErr error
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-pl.Lost():
+			lostErr = pl.Err()
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	res, err := client.Run(ctx, p)
+	cancel()
+	<-watched
+	if lostErr != nil {
+		return nil, fmt.Errorf("plan %s cancelled: %w", p.ID, lostErr)
+	}
+	return res, err
+}
+
+// placeAndRun places p through the folder (store) or a coordinator, runs
+// it on the chosen worker under the lease, and releases the lease. With
+// the folder and no live worker at all, p runs here instead.
+func placeAndRun(c *cli.Context, store *fsstore.Store, coord, token string, p *worker.Plan) (*worker.Result, error) {
+	ctx := c.Context
+	holder := "soma run"
+	if me, err := slurm.Self(); err == nil {
+		holder = "soma run on " + me.Who()
+	}
+	opts := worker.PlaceOptions{Wait: true, Holder: holder, Timeout: c.Duration("timeout")}
+	req := p.Requirement()
+	var (
+		pl  *worker.Placement
+		err error
+	)
+	if coord != "" {
+		pl, err = (&worker.CoordinatorClient{URL: coord, Token: token}).Place(ctx, req, opts)
+	} else {
+		pl, err = worker.Place(ctx, store, req, opts)
+	}
+	var nm *worker.NoMatchError
+	if coord == "" && errors.As(err, &nm) && nm.Alive == 0 {
+		why := "no worker has registered in " + store.Root()
+		if nm.Dead > 0 {
+			why = fmt.Sprintf("the %d worker(s) registered in %s are dead (no heartbeat for %s)", nm.Dead, store.Root(), c.Duration("timeout"))
+		}
+		return runLocally(c, store, p, why)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := pl.Release(rctx); err != nil {
+			fmt.Fprintf(c.App.ErrWriter, "soma run: %v (the lease goes stale and is reclaimed after the timeout)\n", err)
+		}
+	}()
+	fmt.Fprintf(c.App.ErrWriter, "soma run: plan %s placed on worker %s (%s), slot %d\n", p.ID, pl.Worker.ID, pl.Worker.Address, pl.Lease.Slot)
+	return runOn(ctx, pl.Worker.Address, token, store, p, pl)
+}
+
+// runLocally runs p in this process's own worker (no HTTP server, no
+// daemon to start): a laptop needs no soma-worker. It says so on stderr,
+// once, with the reason.
+func runLocally(c *cli.Context, store *fsstore.Store, p *worker.Plan, why string) (*worker.Result, error) {
+	python := c.String("python")
+	if python == "" {
+		return nil, fmt.Errorf("%s, and no Python to run plan %s here: pass --python /usr/bin/python3 or set SOMA_PYTHON (or start soma-worker --root %s)", why, p.ID, store.Root())
+	}
+	base := filepath.Join(os.TempDir(), "soma-run-"+strconv.Itoa(os.Getuid()))
+	fmt.Fprintf(c.App.ErrWriter, "soma run: %s; running plan %s here, with %s (venvs under %s)\n", why, p.ID, python, base)
+	envs, err := worker.NewEnvPool(worker.EnvOptions{Dir: filepath.Join(base, "envs"), Python: python})
+	if err != nil {
+		return nil, err
+	}
+	res, err := worker.DetectResources(worker.ResourceOptions{Env: os.Getenv})
+	if err != nil {
+		return nil, err
+	}
+	cache, err := zarr.OpenCache(zarr.DefaultCacheDir(), zarr.CacheOptions{})
+	if err != nil {
+		return nil, err
+	}
+	w, err := worker.New(worker.Options{Store: store, Envs: envs, Python: python, WorkDir: filepath.Join(base, "work"),
+		ZarrCache: cache, Resources: res, Limits: worker.Limits{MaxPlans: 1}})
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	return w.Run(c.Context, p)
 }
 
 // errPlanFailed exits 1 after the result has been printed.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/soma-hpc/soma/internal/status"
 	"github.com/soma-hpc/soma/internal/submit"
+	"github.com/soma-hpc/soma/worker"
 )
 
 const statusDescription = `Shows a study as read from the folder at this moment: its settings; its
@@ -21,6 +22,8 @@ or lost the folder; it will be retried); the best score and its point;
 trials per hour and the ETA of the budget; the machines working on it and
 when each was last seen; then the best N trials and the running ones as
 aligned tables. With several studies in the root, one line per study.
+If soma-workers have registered in the root, a short list of them follows
+(alive or dead, slots held, tags; soma workers ROOT shows more).
 
 Unreadable (corrupt) records are counted and listed, never results, and
 never stop the view. Names among the records that are not the study's
@@ -65,6 +68,7 @@ func newStatusCommand() *cli.Command {
 			&cli.BoolFlag{Name: "poll", Usage: "with --watch: poll even on a local filesystem"},
 			&cli.DurationFlag{Name: "interval", Value: 5 * time.Second, Usage: "with --watch: the polling period"},
 			&cli.DurationFlag{Name: "lease", Usage: "a running trial silent this long is stale (default: soma-trial's default, 5m0s; give the runners' --lease)"},
+			&cli.DurationFlag{Name: "worker-timeout", Value: worker.DefaultHeartbeatTimeout, Usage: "a soma-worker silent this long is listed dead (the workers' --timeout)"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "list every problem, the packs and the number of files opened"},
 		},
 		Action: statusAction,
@@ -97,6 +101,8 @@ func statusAction(c *cli.Context) error {
 		Compact: c.Bool("json") && c.Bool("watch"),
 		Verbose: c.Bool("verbose"),
 		Lease:   c.Duration("lease"),
+
+		WorkerTimeout: c.Duration("worker-timeout"),
 	})
 	out := c.App.Writer
 	if !c.Bool("watch") {

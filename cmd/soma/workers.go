@@ -23,6 +23,9 @@ heartbeat (the file server's time on its record, never this machine's
 clock) is younger than --timeout; a dead one is kept in the list until
 its record is removed, and is never placed on. Records that cannot be
 read (corrupt, or written by a newer soma) are listed as problems.
+A worker registers by being started with soma-worker --root ROOT (and
+leaves the list on SIGINT/SIGTERM); soma run ROOT plan.toml places plans
+on the live ones.
 
 EXAMPLES:
    soma workers /scratch/$USER/soma

@@ -40,6 +40,22 @@
 //	opened.probes               integer       server-time probes
 //	problems                    array         studies of the root that cannot be read at all (a corrupt spec record, say)
 //	problems[]                  string        which study, and what is wrong
+//	workers?                    object        the soma-workers registered in the root (absent when none has; soma workers ROOT shows more)
+//	workers.alive               integer       workers whose heartbeat is younger than timeout_s
+//	workers.dead                integer       workers silent for longer (never placed on)
+//	workers.slots               integer       plans the live workers run at once, together
+//	workers.leases              integer       of those slots, held by placed plans
+//	workers.timeout_s           number        the heartbeat timeout used
+//	workers.list                array         one per worker, by id
+//	workers.list[].id           string        the worker's id
+//	workers.list[].alive        bool          whether its heartbeat is recent
+//	workers.list[].address      string        the URL plans are sent to
+//	workers.list[].leases       integer       its slots held
+//	workers.list[].slots        integer       its slots (soma-worker --max-plans)
+//	workers.list[].tags         array         its tags
+//	workers.list[].tags[]       string        one tag
+//	workers.list[].age_s        number        seconds since its last heartbeat
+//	workers.problems            integer       worker records that cannot be read
 //	studies                     array         one per study shown, by name (one with --study)
 //	studies[].name              string        the study
 //	studies[].direction         string        minimize, maximize or unknown

@@ -29,6 +29,9 @@ type StatusOptions struct {
 	// Lease is the grace period after which a silent running attempt is
 	// stale (zero: study.DefaultGrace). Use the runners' --lease.
 	Lease time.Duration
+	// WorkerTimeout is the soma-workers' heartbeat timeout, for the
+	// workers section (zero: worker.DefaultHeartbeatTimeout).
+	WorkerTimeout time.Duration
 }
 
 // Viewer renders soma status over one store again and again: it keeps
@@ -114,13 +117,27 @@ func (v *Viewer) Render(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	workers, err := ReadWorkersSection(ctx, v.s, v.o.WorkerTimeout)
+	if err != nil {
+		return err
+	}
 	if v.o.JSON {
 		d := NewDocument(v.s, views)
 		if problems != nil {
 			d.Problems = problems
 		}
+		d.Workers = workers
 		return WriteJSON(w, d, v.o.Compact)
 	}
+	if err := v.renderText(w, views, problems); err != nil {
+		return err
+	}
+	return WriteWorkersText(w, workers)
+}
+
+// renderText writes the studies as text.
+func (v *Viewer) renderText(w io.Writer, views []*View, problems []string) error {
+	var err error
 	for _, p := range problems {
 		if _, err := fmt.Fprintf(w, "problem  %s\n", p); err != nil {
 			return err

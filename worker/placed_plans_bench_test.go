@@ -1,0 +1,94 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// BenchmarkPlacedPlans measures plans per second end to end with 8
+// concurrent senders and a no-op plan (one Python filter that returns its
+// input) on 2 real workers of 4 slots each, behind loopback HTTP:
+//
+//   - placed: each plan is placed through the folder (Place with Wait),
+//     sent to the chosen worker, and its lease released;
+//   - direct: the same plans sent straight to known workers (sender g
+//     always uses worker g%2, so 4 per worker: its slots), which is the
+//     peer placement is measured against: what it costs is the
+//     difference.
+//
+// Reports plans/s (scripts/bench-place.sh prints both side by side).
+func BenchmarkPlacedPlans(b *testing.B) {
+	const senders = 8
+	ctx := context.Background()
+	ws := []*testWorker{newTestWorker(b, testOptions{}), newTestWorker(b, testOptions{})}
+	s := newRegStore(b)
+	clients := map[string]*Client{}
+	for i, tw := range ws {
+		r := testRecord("w"+strconv.Itoa(i), 4, 0, 0)
+		r.Address = tw.srv.URL
+		announce(b, s, r, time.Hour)
+		clients[tw.srv.URL] = tw.client
+		// Warm both workers' environment and daemons, outside the clock.
+		for j := range 4 {
+			if res, err := tw.client.Run(ctx, behaviourPlan(b, fmt.Sprintf("warm-%d-%d", i, j), "NoOp")); err != nil || res.State != StateSucceeded {
+				b.Fatalf("warm-up: %v %+v", err, res)
+			}
+		}
+	}
+	var round atomic.Int64
+	bench := func(b *testing.B, send func(g int, p *Plan) error) {
+		r := round.Add(1)
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		b.ResetTimer()
+		t0 := time.Now()
+		for g := range senders {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := next.Add(1)
+					if i > int64(b.N) {
+						return
+					}
+					p := behaviourPlan(b, fmt.Sprintf("r%d-p%d", r, i), "NoOp")
+					if err := send(g, p); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "plans/s")
+	}
+	check := func(res *Result, err error) error {
+		if err != nil {
+			return err
+		}
+		if res.State != StateSucceeded {
+			return fmt.Errorf("plan %s: %s: %s", res.ID, res.State, res.Error)
+		}
+		return nil
+	}
+	b.Run("placed", func(b *testing.B) {
+		bench(b, func(g int, p *Plan) error {
+			pl, err := Place(ctx, s, p.Requirement(), PlaceOptions{Wait: true, WaitInterval: 5 * time.Millisecond, Timeout: time.Hour})
+			if err != nil {
+				return err
+			}
+			defer pl.Release(ctx)
+			return check(clients[pl.Worker.Address].Run(ctx, p))
+		})
+	})
+	b.Run("direct", func(b *testing.B) {
+		bench(b, func(g int, p *Plan) error {
+			return check(ws[g%len(ws)].client.Run(ctx, p))
+		})
+	})
+}
