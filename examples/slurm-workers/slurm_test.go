@@ -186,6 +186,7 @@ func TestJobOnSlurm(t *testing.T) {
 		return len(alive) == 2
 	})
 	registered = true
+	t.Logf("workers of job %s (id: node): %v", id, alive)
 	if perNode {
 		nodesSeen := map[string]bool{}
 		for _, n := range alive {
