@@ -20,7 +20,6 @@ The protocol, for other languages (one line each, UTF-8, newline-ended):
 """
 
 import atexit
-import math
 import os
 import select
 import time
@@ -113,7 +112,9 @@ def report(step, value, wait=True):
     if out is None:
         return False
     global _looked, _since
-    _held.append(b"report %d %s\n" % (int(step), (repr(value) if math.isfinite(value) else str(value)).encode()))
+    # %r of a float in bytes is its repr: the shortest form that reads back
+    # the same, and nan/inf/-inf as they are.
+    _held.append(b"report %d %r\n" % (int(step), value))
     if wait:
         _send()
         if inp is None:
