@@ -5,7 +5,8 @@
 # soma-trial, side by side, in ROUNDS alternating rounds (median shown).
 #   stream  each report written to fd 3, no verdict read (os.write per step)
 #   helper  soma_report.report(): waits for each step's verdict on fd 4
-#   nowait  soma_report.report(..., wait=False): reads the verdicts that came
+#   nowait  soma_report.report(..., wait=False): writes its reports and reads
+#           the verdicts that came, every 64 reports or 10 ms
 # "under soma" is the trial's own time as soma-trial logs it (objective
 # start to exit); the last column counts the steps in the curve blob of
 # the ended record (must be N).

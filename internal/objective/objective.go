@@ -217,7 +217,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	}
 	defer repR.Close()
 	defer ctlW.Close()
-	verdicts := verdictWriter{ctlW}
+	verdicts := verdictWriter{f: ctlW, dropped: new(atomic.Bool)}
 
 	// Resolved here as exec.Command resolves it, so that a missing
 	// program is ErrStart before anything runs.
@@ -344,7 +344,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	read := make(chan struct{})
 	var draining atomic.Bool
 	go func() {
-		watch(repR, onLine, answer, &draining)
+		watch(repR, onLine, answer, verdicts.unread, &draining)
 		close(read)
 	}()
 	go func() {

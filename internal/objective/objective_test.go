@@ -181,6 +181,19 @@ func TestPruneStopsEarly(t *testing.T) {
 			t.Fatalf("outcome %s at %d, exit %d, want pruned at step 100 and stopped by itself (0)", r.Outcome, r.PrunedAt, r.ExitCode)
 		}
 	})
+	t.Run("reports held back by wait=False all arrive", func(t *testing.T) {
+		// report(..., wait=False) writes its reports every 64 reports or
+		// 10 ms (issue 13: a write(2) per step cost a fast loop more than
+		// the step); those still held when the loop ends are written at
+		// final() or, without one, at the interpreter's exit.
+		for _, end := range []string{"final(0.5)\n", "print('no final')\n"} {
+			body := "for i in range(1000):\n  report(i, 1.0/(i+1), wait=False)\n" + end
+			r := run(t, Options{Argv: py(t, body), OnReport: func(int64, float64) bool { return false }}, nil)
+			if len(r.Curve) != 1000 || r.Curve[999].Step != 999 {
+				t.Errorf("%q: %d steps in the curve, want 1000", end, len(r.Curve))
+			}
+		}
+	})
 	t.Run("objective ignoring the verdict and SIGTERM is killed", func(t *testing.T) {
 		body := "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nfor i in range(10**9):\n  os.write(3, b'report %d 1.0\\n' % i)\n  time.sleep(0.01)\n"
 		r := run(t, Options{Argv: py(t, body), Grace: 200 * time.Millisecond, OnReport: func(step int64, v float64) bool { return step == 2 }}, nil)

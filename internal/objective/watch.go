@@ -22,6 +22,14 @@ const maxLine = 1 << 20
 // run ends without it.
 const exitDrain = 2 * time.Second
 
+// batchWait is how long watch lets the reports of an objective that does
+// not wait for verdicts pile up in the pipe between reads. A verdict then
+// comes at most this much later (such an objective reads it later
+// anyway), and the pipe (64 KiB, about 3000 reports) fills only if the
+// objective writes more than 64 MB/s of reports; then it waits for us, as
+// it would for any reader.
+const batchWait = time.Millisecond
+
 // chunks are watch's read buffers, kept between trials: a fresh 16 KiB
 // per trial was zeroed and page-faulted in for a few bytes of reports.
 const chunkSize = 16 << 10
@@ -52,7 +60,17 @@ var chunks = sync.Pool{New: func() any { return new([chunkSize]byte) }}
 // for each verdict sends one report per read anyway; one that writes its
 // reports without reading them got a write(2) per report (42% of
 // soma-trial's CPU over 100k reports, before).
-func watch(r *os.File, line func(string), answered func(), draining *atomic.Bool) {
+//
+// busy says whether the objective has left verdicts unread (it reports
+// without waiting for them): then watch waits batchWait after a read
+// before the next one, so that the reports written meanwhile are read,
+// parsed and answered together. Reading as they came cost soma-trial a
+// wakeup of its reading goroutine, a read(2) and a write(2) per report
+// (issue 13: 100k reports of a fast loop added 34-94% to its time on 2
+// CPUs). An objective that waits for each verdict has read them all
+// before it writes its next report, so it is never kept waiting. busy
+// may be nil (never wait).
+func watch(r *os.File, line func(string), answered func(), busy func() bool, draining *atomic.Bool) {
 	var (
 		partial  []byte
 		skipping bool // inside a line longer than maxLine
@@ -88,7 +106,11 @@ func watch(r *os.File, line func(string), answered func(), draining *atomic.Bool
 		k, err := r.Read(chunk)
 		if k > 0 {
 			feed(chunk[:k])
+			wait := busy != nil && busy()
 			answered()
+			if wait && !draining.Load() {
+				time.Sleep(batchWait)
+			}
 			if draining.Load() {
 				_ = r.SetReadDeadline(time.Now().Add(exitDrain))
 			}
@@ -119,6 +141,29 @@ const pipeBuf = 4096
 
 type verdictWriter struct {
 	f *os.File
+	// dropped: the last write found the pipe full or closed.
+	dropped *atomic.Bool
+}
+
+// unread says whether verdicts written before are still in the pipe (or
+// were dropped): the objective is not waiting for each verdict. It is
+// asked before the verdicts of a read are written, so an objective that
+// waits for each verdict has read them all (it wrote its next report
+// after), and unread is false for it.
+func (v verdictWriter) unread() bool {
+	if v.dropped.Load() {
+		return true
+	}
+	rc, err := v.f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	_ = rc.Control(func(fd uintptr) {
+		// FIONREAD on either end of a pipe: the bytes in it (pipe(7)).
+		n, err = unix.IoctlGetInt(int(fd), unix.TIOCINQ) // = FIONREAD
+	})
+	return err == nil && n > 0
 }
 
 // write writes b, whole verdict lines, as far as the pipe takes them, and
@@ -130,6 +175,7 @@ func (v verdictWriter) write(b []byte) {
 	if err != nil {
 		return
 	}
+	v.dropped.Store(false)
 	_ = rc.Write(func(fd uintptr) bool {
 		for len(b) > 0 {
 			n := len(b)
@@ -141,6 +187,7 @@ func (v verdictWriter) write(b []byte) {
 			case errors.Is(err, unix.EINTR):
 				continue
 			case err != nil:
+				v.dropped.Store(true)
 				return true // dropped (EAGAIN: full; EPIPE: fd 4 closed)
 			}
 			b = b[n:]
