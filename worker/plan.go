@@ -84,6 +84,17 @@ func ValidatePlan(p *Plan) error {
 			return bad("outputs: %q is not a node", id)
 		}
 	}
+	want := outputNodes(p)
+	for _, id := range p.RefOutputs {
+		if !want[id] {
+			return bad("ref_outputs: %q is not one of the plan's outputs (add it to outputs)", id)
+		}
+	}
+	for i, n := range p.Nodes {
+		if n.At != nil && (n.At.GPUs < 0 || n.At.CPUs < 0) {
+			return bad("node %d (%q): at: gpus %d, cpus %d: want 0 or more", i, n.ID, n.At.GPUs, n.At.CPUs)
+		}
+	}
 	for id := range p.States {
 		if !seen[id] {
 			return bad("states: %q is not a node", id)
@@ -106,6 +117,7 @@ type planFile struct {
 	Timeout   string            `toml:"timeout"`
 	Tags      []string          `toml:"tags"`
 	Outputs   []string          `toml:"outputs"`
+	RefOuts   []string          `toml:"ref_outputs"`
 	Files     []string          `toml:"files"`
 	Env       envFile           `toml:"env"`
 	Input     *valueFile        `toml:"input"`
@@ -136,6 +148,15 @@ type nodeFile struct {
 	Class  string         `toml:"class"`
 	Config map[string]any `toml:"config"`
 	Inputs []string       `toml:"inputs"`
+	At     *atFile        `toml:"at"`
+}
+
+// atFile is a node's at = { tags = [...], gpus = N, cpus = N, memory = BYTES }.
+type atFile struct {
+	Tags   []string `toml:"tags"`
+	GPUs   int      `toml:"gpus"`
+	CPUs   int      `toml:"cpus"`
+	Memory uint64   `toml:"memory"`
 }
 
 // valueFile is a value in a plan file: exactly one of npy (a .npy file
@@ -189,10 +210,9 @@ func ParsePlan(text []byte, dir string) (*Plan, error) {
 		Metadata:  pf.Metadata,
 		Resources: Ask{GPUs: pf.Resources.GPUs, CPUs: pf.Resources.CPUs, Memory: pf.Resources.Memory, Tags: pf.Tags},
 	}
-	for _, t := range pf.Tags {
-		if t == "" || strings.ContainsAny(t, " \t\n,") {
-			return nil, fmt.Errorf("%w: tag %q: want a non-empty word without spaces or commas, as soma-worker --tag gives", ErrInvalidPlan, t)
-		}
+	p.RefOutputs = pf.RefOuts
+	if err := checkTags(pf.Tags, "tags"); err != nil {
+		return nil, err
 	}
 	if pf.Timeout != "" {
 		d, err := time.ParseDuration(pf.Timeout)
@@ -203,7 +223,14 @@ func ParsePlan(text []byte, dir string) (*Plan, error) {
 	}
 	names := append([]string(nil), pf.Files...)
 	for _, n := range pf.Nodes {
-		p.Nodes = append(p.Nodes, Node(n))
+		node := Node{ID: n.ID, File: n.File, Class: n.Class, Config: n.Config, Inputs: n.Inputs}
+		if n.At != nil {
+			if err := checkTags(n.At.Tags, "node "+strconv.Quote(n.ID)+": at.tags"); err != nil {
+				return nil, err
+			}
+			node.At = &Ask{GPUs: n.At.GPUs, CPUs: n.At.CPUs, Memory: n.At.Memory, Tags: n.At.Tags}
+		}
+		p.Nodes = append(p.Nodes, node)
 		names = append(names, n.File)
 	}
 	shipped := map[string]bool{}
@@ -248,6 +275,16 @@ func ParsePlan(text []byte, dir string) (*Plan, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// checkTags refuses a tag a worker could not carry.
+func checkTags(tags []string, where string) error {
+	for _, t := range tags {
+		if t == "" || strings.ContainsAny(t, " \t\n,") {
+			return fmt.Errorf("%w: %s: tag %q: want a non-empty word without spaces or commas, as soma-worker --tag gives", ErrInvalidPlan, where, t)
+		}
+	}
+	return nil
 }
 
 func (vf *valueFile) value(dir, what string) (Value, error) {

@@ -1,0 +1,232 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// cutPlan builds a plan of nodes n0..n(k-1), each reading the previous one, at
+// the given tags ("" keeps the plan's requirement).
+func cutPlan(tags ...string) *Plan {
+	p := &Plan{ID: "p", Mode: Forward, Files: []File{{Name: "f.py", Content: []byte("#")}}, Input: Value{Kind: KindObject, Object: 1}}
+	for i, tag := range tags {
+		n := Node{ID: "n" + string(rune('0'+i)), File: "f.py", Class: "C"}
+		if i > 0 {
+			n.Inputs = []string{p.Nodes[i-1].ID}
+		}
+		if tag != "" {
+			n.At = &Ask{Tags: []string{tag}}
+		}
+		p.Nodes = append(p.Nodes, n)
+	}
+	return p
+}
+
+func TestCutPlan(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		plan func() *Plan
+		// want: per segment, "NODES<FROM>REFOUTPUTS/OUTPUTS"
+		want []string
+		err  string
+	}{
+		{"no at: one segment", func() *Plan { return cutPlan("", "", "") }, []string{"n0,n1,n2<input>/"}, ""},
+		{"same at everywhere: one segment", func() *Plan { return cutPlan("a", "a") }, []string{"n0,n1<input>/"}, ""},
+		{"a b a: three segments", func() *Plan { return cutPlan("a", "b", "a") },
+			[]string{"n0<input>n0/n0", "n1<n0>n1/n1", "n2<n1>/n2"}, ""},
+		{"plan output crossing a cut stays an output", func() *Plan {
+			p := cutPlan("", "b")
+			p.Outputs = []string{"n0", "n1"}
+			return p
+		}, []string{"n0<input>n0/n0", "n1<n0>/n1"}, ""},
+		{"node with at equal to the plan's resources joins it", func() *Plan {
+			p := cutPlan("", "a")
+			p.Resources = Ask{Tags: []string{"a"}}
+			return p
+		}, []string{"n0,n1<input>/"}, ""},
+		{"segment reading input and an earlier segment", func() *Plan {
+			p := cutPlan("a", "b", "b")
+			p.Nodes[2].Inputs = []string{"input"}
+			return p
+		}, nil, `reads both "n0" and "input" from outside`},
+		{"node order not topological", func() *Plan {
+			p := cutPlan("a", "b")
+			p.Nodes[0].Inputs = []string{"n1"}
+			return p
+		}, nil, `input "n1" is neither "input" nor an earlier node`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			segs, err := CutPlan(tc.plan())
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("CutPlan: err %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, s := range segs {
+				got = append(got, nodeIDs(s.Plan.Nodes)+"<"+s.From+">"+strings.Join(s.Plan.RefOutputs, ",")+"/"+strings.Join(s.Plan.Outputs, ","))
+				for _, n := range s.Plan.Nodes {
+					if n.At != nil {
+						t.Errorf("segment %s: node %s keeps At %+v; the segment's Resources say it", s.Plan.ID, n.ID, n.At)
+					}
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("segments = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestCutPlanRoutesStates: each state goes to the segment of its node,
+// with that segment's requirement.
+func TestCutPlanRoutesStates(t *testing.T) {
+	p := cutPlan("a", "b")
+	p.States = map[string]Value{"n0": {Kind: KindBytes, Ref: "blob:x0"}, "n1": {Kind: KindBytes, Ref: "blob:x1"}}
+	segs, err := CutPlan(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range segs {
+		id := "n" + string(rune('0'+i))
+		if len(s.Plan.States) != 1 || s.Plan.States[id].Ref != "blob:x"+string(rune('0'+i)) {
+			t.Errorf("segment %d states = %+v, want only %s", i+1, s.Plan.States, id)
+		}
+		if tags := s.Plan.Requirement().Tags; len(tags) != 1 || tags[0] != string(rune('a'+i)) {
+			t.Errorf("segment %d requirement tags %v", i+1, tags)
+		}
+	}
+}
+
+func TestParsePlanAt(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"f.py": "#"})
+	text := `id = "p"
+tags = ["cpu"]
+[[nodes]]
+id = "a"
+file = "f.py"
+class = "C"
+[[nodes]]
+id = "b"
+file = "f.py"
+class = "C"
+inputs = ["a"]
+at = { tags = ["torch"], gpus = 1, cpus = 2, memory = 1024 }
+`
+	p, err := ParsePlan([]byte(text), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Nodes[0].At != nil || p.Nodes[1].At == nil || p.Nodes[1].At.GPUs != 1 || p.Nodes[1].At.CPUs != 2 || p.Nodes[1].At.Memory != 1024 || !slices.Equal(p.Nodes[1].At.Tags, []string{"torch"}) {
+		t.Fatalf("nodes = %+v %+v", p.Nodes[0], p.Nodes[1].At)
+	}
+	for _, bad := range []struct{ text, want string }{
+		{strings.Replace(text, `tags = ["torch"]`, `tags = ["a b"]`, 1), `node "b": at.tags: tag "a b"`},
+		{strings.Replace(text, `gpus = 1`, `gpus = -1`, 1), `at: gpus -1`},
+		{strings.Replace(text, `gpus = 1`, `gpu = 1`, 1), `unknown keys nodes.at.gpu`},
+		{"ref_outputs = [\"a\"]\n" + text, `ref_outputs: "a" is not one of the plan's outputs`},
+	} {
+		if _, err := ParsePlan([]byte(bad.text), dir); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("ParsePlan: err %v, want one containing %q", err, bad.want)
+		}
+	}
+}
+
+// TestRunCut runs the classifier plan cut in two (scale at a, clf at b)
+// through a real worker: fit, then forward with the fit's states; both
+// equal the same plan run unsplit, and the value crossing the cut comes
+// back to the client as a blob reference only (no bytes).
+func TestRunCut(t *testing.T) {
+	tw := newTestWorker(t, testOptions{})
+	x, y := twoClusters(40)
+	plan := func(id string, mode Mode, states map[string]Value, cut bool) *Plan {
+		p := classifierPlan(t, id, mode, x, &y)
+		p.Outputs = []string{"clf"}
+		p.States = states
+		if cut {
+			p.Nodes[0].At = &Ask{Tags: []string{"a"}}
+			p.Nodes[1].At = &Ask{Tags: []string{"b"}}
+		}
+		return p
+	}
+	var received []*Result
+	runSeg := func(ctx context.Context, p *Plan) (*Result, error) {
+		r, err := tw.client.Run(ctx, p)
+		if err == nil {
+			received = append(received, r)
+		}
+		return r, err
+	}
+	runCut := func(p *Plan) *Result {
+		t.Helper()
+		segs, err := CutPlan(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(segs) != 2 {
+			t.Fatalf("%d segments, want 2", len(segs))
+		}
+		res, err := RunCut(context.Background(), p, segs, runSeg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustSucceed(t, res)
+		return res
+	}
+	fitWhole := run(t, tw, plan("fit-whole", Fit, nil, false))
+	mustSucceed(t, fitWhole)
+	fitCut := runCut(plan("fit-cut", Fit, nil, true))
+	if len(fitCut.States) != 2 || fitCut.States["scale"].Ref == "" || fitCut.States["clf"].Ref == "" {
+		t.Fatalf("cut fit states = %+v, want refs for scale and clf", fitCut.States)
+	}
+	fwdWhole := run(t, tw, plan("fwd-whole", Forward, fitWhole.States, false))
+	mustSucceed(t, fwdWhole)
+	fwdCut := runCut(plan("fwd-cut", Forward, fitCut.States, true))
+	for _, tc := range []struct {
+		name      string
+		got, want *Result
+	}{{"fit", fitCut, fitWhole}, {"forward", fwdCut, fwdWhole}} {
+		g, w := resolved(t, tw, tc.got.Outputs["clf"]), resolved(t, tw, tc.want.Outputs["clf"])
+		if len(tc.got.Outputs) != 1 || !bytes.Equal(g.Data, w.Data) || !slices.Equal(g.Shape, w.Shape) {
+			t.Errorf("%s: cut output clf = %v %v, unsplit %v %v", tc.name, g.Shape, g.Data, w.Shape, w.Data)
+		}
+	}
+	crossed := 0
+	for _, r := range received {
+		if v, ok := r.Outputs["scale"]; ok {
+			crossed++
+			if v.Ref == "" || len(v.Data) != 0 {
+				t.Errorf("segment %s sent the crossing value scale to the client: %d bytes inline, ref %q", r.ID, len(v.Data), v.Ref)
+			}
+		}
+	}
+	if crossed != 2 {
+		t.Errorf("the crossing value came back %d times, want 2 (fit and forward)", crossed)
+	}
+}
+
+// TestRefOutputsNeedStore: a worker without a store cannot keep a
+// crossing value off the client, so it fails the plan rather than
+// returning the bytes.
+func TestRefOutputsNeedStore(t *testing.T) {
+	tw := newTestWorker(t, testOptions{noStore: true})
+	x, y := twoClusters(8)
+	p := classifierPlan(t, "no-store", Fit, x, &y)
+	p.RefOutputs = []string{"scale"}
+	res := run(t, tw, p)
+	if res.State != StateFailed || !strings.Contains(res.Error, `output "scale" must come back as a blob reference`) {
+		t.Fatalf("state %s, error %q; want failed naming ref_outputs", res.State, res.Error)
+	}
+	if _, err := CutPlan(&Plan{ID: "x", Nodes: []Node{{ID: "a", File: "f.py", Class: "C"}}, Files: []File{{Name: "f.py"}}, RefOutputs: []string{"b"}}); !errors.Is(err, ErrInvalidPlan) {
+		t.Errorf("CutPlan with a ref_outputs naming no output: %v, want ErrInvalidPlan", err)
+	}
+}
