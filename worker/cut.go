@@ -171,7 +171,7 @@ func RunCut(ctx context.Context, p *Plan, segs []Segment, run func(context.Conte
 		}
 		r, err := run(ctx, &sp)
 		if err != nil {
-			return nil, fmt.Errorf("segment %s: %w", sp.ID, err)
+			return nil, fmt.Errorf("segment %s (nodes %s, needing %s): %w", sp.ID, nodeIDs(sp.Nodes), sp.Requirement(), err)
 		}
 		merged.DurationMS += r.DurationMS
 		if r.LogTail != "" {

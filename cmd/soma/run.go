@@ -77,6 +77,9 @@ A PLAN FILE (paths relative to it):
    file = "filters.py"
    class = "Classifier"
    inputs = ["scale"]
+   at = { tags = ["torch"], gpus = 1 } # optional: where this node runs; soma run ROOT
+                                      #   cuts the plan into segments by it (values
+                                      #   cross the cut as blobs of ROOT)
    [nodes.config]                     # keyword arguments of the class
    k = 3`
 
