@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -229,4 +230,72 @@ func TestRefOutputsNeedStore(t *testing.T) {
 	if _, err := CutPlan(&Plan{ID: "x", Nodes: []Node{{ID: "a", File: "f.py", Class: "C"}}, Files: []File{{Name: "f.py"}}, RefOutputs: []string{"b"}}); !errors.Is(err, ErrInvalidPlan) {
 		t.Errorf("CutPlan with a ref_outputs naming no output: %v, want ErrInvalidPlan", err)
 	}
+}
+
+// FuzzCutPlan: for any chain-or-tree plan (each byte pair is a node: its
+// tag and which earlier node it reads), CutPlan either refuses it or
+// returns segments that hold the plan's nodes in order, one requirement
+// each, every segment reading "input" or a node of an earlier segment
+// that that segment returns as a blob reference.
+func FuzzCutPlan(f *testing.F) {
+	f.Add([]byte{0, 0, 1, 0, 0, 1})
+	f.Add([]byte{0, 0, 1, 1, 1, 0, 2, 2})
+	f.Add([]byte{2, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > 40 {
+			b = b[:40]
+		}
+		p := &Plan{ID: "f", Files: []File{{Name: "f.py"}}}
+		for i := 0; i+1 < len(b); i += 2 {
+			n := Node{ID: "n" + strconv.Itoa(i/2), File: "f.py", Class: "C"}
+			if tag := b[i] % 3; tag > 0 {
+				n.At = &Ask{Tags: []string{"t" + strconv.Itoa(int(tag))}}
+			}
+			if k := int(b[i+1]) % (len(p.Nodes) + 1); k < len(p.Nodes) {
+				n.Inputs = []string{p.Nodes[k].ID}
+			}
+			p.Nodes = append(p.Nodes, n)
+		}
+		segs, err := CutPlan(p)
+		if err != nil {
+			if len(p.Nodes) > 0 && !errors.Is(err, ErrCut) {
+				t.Fatalf("CutPlan: %v, want ErrCut", err)
+			}
+			return
+		}
+		var ids []string
+		segOf := map[string]int{}
+		for k, s := range segs {
+			for _, n := range s.Plan.Nodes {
+				ids = append(ids, n.ID)
+				segOf[n.ID] = k
+				if n.At != nil {
+					t.Fatalf("node %s keeps At", n.ID)
+				}
+			}
+			if s.From != "input" {
+				j, ok := segOf[s.From]
+				if !ok || j >= k || !slices.Contains(segs[j].Plan.RefOutputs, s.From) {
+					t.Fatalf("segment %d reads %q: earlier segment %d (known %v), ref outputs %v", k, s.From, j, ok, segs[j].Plan.RefOutputs)
+				}
+			}
+		}
+		if want := strings.Split(nodeIDs(p.Nodes), ","); !slices.Equal(ids, want) {
+			t.Fatalf("segments hold %v, want %v", ids, want)
+		}
+		for i := 1; i < len(p.Nodes); i++ {
+			a, b := p.Nodes[i-1], p.Nodes[i]
+			same := sameAsk(askOf(p, a), askOf(p, b))
+			if same != (segOf[a.ID] == segOf[b.ID]) {
+				t.Fatalf("nodes %s and %s: same requirement %v, segments %d and %d", a.ID, b.ID, same, segOf[a.ID], segOf[b.ID])
+			}
+		}
+	})
+}
+
+func askOf(p *Plan, n Node) Ask {
+	if n.At != nil {
+		return *n.At
+	}
+	return p.Resources
 }
