@@ -130,11 +130,17 @@ at = { tags = ["torch"], gpus = 1, cpus = 2, memory = 1024 }
 	if p.Nodes[0].At != nil || p.Nodes[1].At == nil || p.Nodes[1].At.GPUs != 1 || p.Nodes[1].At.CPUs != 2 || p.Nodes[1].At.Memory != 1024 || !slices.Equal(p.Nodes[1].At.Tags, []string{"torch"}) {
 		t.Fatalf("nodes = %+v %+v", p.Nodes[0], p.Nodes[1].At)
 	}
+	p, err = ParsePlan([]byte(strings.Replace(text, `memory = 1024`, `memory = "16GiB"`, 1)), dir)
+	if err != nil || p.Nodes[1].At.Memory != 16<<30 {
+		t.Fatalf("memory = \"16GiB\": %v, %+v", err, p)
+	}
 	for _, bad := range []struct{ text, want string }{
 		{strings.Replace(text, `tags = ["torch"]`, `tags = ["a b"]`, 1), `node "b": at.tags: tag "a b"`},
 		{strings.Replace(text, `gpus = 1`, `gpus = -1`, 1), `at: gpus -1`},
 		{strings.Replace(text, `gpus = 1`, `gpu = 1`, 1), `unknown keys nodes.at.gpu`},
 		{"ref_outputs = [\"a\"]\n" + text, `ref_outputs: "a" is not one of the plan's outputs`},
+		{strings.Replace(text, `memory = 1024`, `memory = "lots"`, 1), `node "b": at.memory = lots: want bytes or a size`},
+		{strings.Replace(text, `memory = 1024`, `memory = -1`, 1), `at.memory = -1`},
 	} {
 		if _, err := ParsePlan([]byte(bad.text), dir); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("ParsePlan: err %v, want one containing %q", err, bad.want)

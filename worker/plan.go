@@ -151,12 +151,51 @@ type nodeFile struct {
 	At     *atFile        `toml:"at"`
 }
 
-// atFile is a node's at = { tags = [...], gpus = N, cpus = N, memory = BYTES }.
+// atFile is a node's at = { tags = [...], gpus = N, cpus = N, memory = SIZE }.
 type atFile struct {
 	Tags   []string `toml:"tags"`
 	GPUs   int      `toml:"gpus"`
 	CPUs   int      `toml:"cpus"`
-	Memory uint64   `toml:"memory"`
+	Memory any      `toml:"memory"` // bytes, or a size such as "16GiB"
+}
+
+// ParseSize reads 512MiB, 64GiB, 1.5TB or a plain byte count.
+func ParseSize(s string) (uint64, error) {
+	units := []struct {
+		suffix string
+		mult   float64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(s, u.suffix); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+			if err != nil || f < 0 || math.IsInf(f, 0) || f*u.mult >= math.MaxUint64 {
+				return 0, fmt.Errorf("size %q: want a size such as 64GiB", s)
+			}
+			return uint64(f * u.mult), nil
+		}
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("size %q: want a size such as 64GiB", s)
+	}
+	return n, nil
+}
+
+// memory is at.memory in bytes.
+func (a *atFile) memory(node string) (uint64, error) {
+	switch m := a.Memory.(type) {
+	case nil:
+		return 0, nil
+	case int64:
+		if m >= 0 {
+			return uint64(m), nil
+		}
+	case string:
+		if n, err := ParseSize(m); err == nil {
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: node %q: at.memory = %v: want bytes or a size such as \"16GiB\"", ErrInvalidPlan, node, a.Memory)
 }
 
 // valueFile is a value in a plan file: exactly one of npy (a .npy file
@@ -228,7 +267,11 @@ func ParsePlan(text []byte, dir string) (*Plan, error) {
 			if err := checkTags(n.At.Tags, "node "+strconv.Quote(n.ID)+": at.tags"); err != nil {
 				return nil, err
 			}
-			node.At = &Ask{GPUs: n.At.GPUs, CPUs: n.At.CPUs, Memory: n.At.Memory, Tags: n.At.Tags}
+			mem, err := n.At.memory(n.ID)
+			if err != nil {
+				return nil, err
+			}
+			node.At = &Ask{GPUs: n.At.GPUs, CPUs: n.At.CPUs, Memory: mem, Tags: n.At.Tags}
 		}
 		p.Nodes = append(p.Nodes, node)
 		names = append(names, n.File)
