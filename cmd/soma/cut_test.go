@@ -124,7 +124,18 @@ func TestRunCutAcrossWorkers(t *testing.T) {
 		}
 	}
 
-	code, out, errOut := soma("run", root, plan("nobody", "fit", atA, `at = { tags = ["z"] }`, atA))
+	// A forward without states fails in its first segment, and says which.
+	code, out, errOut := soma("run", root, plan("fwd-nostate", "forward", atA, atB, atA))
+	if code != exitError || !strings.Contains(out, "plan fwd-nostate.1: failed") || !strings.Contains(out, "RuntimeError: no state") {
+		t.Errorf("forward without states: exit %d\n%s\n%s\nwant segment fwd-nostate.1 failed", code, out, errOut)
+	}
+	// --worker sends everything to one worker, but the crossing values
+	// still need the store: without --root the run is refused up front.
+	if code, _, errOut := soma("run", "--worker", "http://127.0.0.1:1", plan("no-root", "fit", atA, atB, atA)); code != exitUsage || !strings.Contains(errOut, "give ROOT (or --root)") {
+		t.Errorf("cut plan with --worker and no --root: exit %d, %q", code, errOut)
+	}
+
+	code, out, errOut = soma("run", root, plan("nobody", "fit", atA, `at = { tags = ["z"] }`, atA))
 	if code != exitError || !strings.Contains(errOut, "nodes s2") || !strings.Contains(errOut, "no live worker meets the requirement") || !strings.Contains(errOut, "tags z") {
 		t.Errorf("node at tags z: exit %d\n%s\n%s\nwant an error naming node s2 and tags z", code, out, errOut)
 	}
