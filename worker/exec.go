@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -320,7 +321,19 @@ func (s *session) addStates(b *batch) map[string]int {
 func (s *session) deliver(ctx context.Context, outputs map[string]Value) (map[string]Value, error) {
 	out := make(map[string]Value, len(outputs))
 	for id, v := range outputs {
-		d, err := s.w.res.deliver(ctx, v, s.w.o.InlineLimit)
+		limit := s.w.o.InlineLimit
+		if slices.Contains(s.p.RefOutputs, id) {
+			// A value crossing a cut must not reach the client
+			// (Plan.RefOutputs): store it whatever its size.
+			switch {
+			case s.w.o.Store == nil:
+				return nil, fmt.Errorf("%w: output %q must come back as a blob reference (ref_outputs) but this worker has no store (start it with --root)", ErrInvalidPlan, id)
+			case v.Kind != KindArray && v.Kind != KindBytes:
+				return nil, fmt.Errorf("%w: output %q is %s; only arrays and bytes can be blob references (ref_outputs; a value crossing a cut of the plan)", ErrInvalidPlan, id, v.Kind)
+			}
+			limit = -1
+		}
+		d, err := s.w.res.deliver(ctx, v, limit)
 		if err != nil {
 			return nil, err
 		}

@@ -84,6 +84,17 @@ func ValidatePlan(p *Plan) error {
 			return bad("outputs: %q is not a node", id)
 		}
 	}
+	want := outputNodes(p)
+	for _, id := range p.RefOutputs {
+		if !want[id] {
+			return bad("ref_outputs: %q is not one of the plan's outputs (add it to outputs)", id)
+		}
+	}
+	for i, n := range p.Nodes {
+		if n.At != nil && (n.At.GPUs < 0 || n.At.CPUs < 0) {
+			return bad("node %d (%q): at: gpus %d, cpus %d: want 0 or more", i, n.ID, n.At.GPUs, n.At.CPUs)
+		}
+	}
 	for id := range p.States {
 		if !seen[id] {
 			return bad("states: %q is not a node", id)
@@ -106,6 +117,7 @@ type planFile struct {
 	Timeout   string            `toml:"timeout"`
 	Tags      []string          `toml:"tags"`
 	Outputs   []string          `toml:"outputs"`
+	RefOuts   []string          `toml:"ref_outputs"`
 	Files     []string          `toml:"files"`
 	Env       envFile           `toml:"env"`
 	Input     *valueFile        `toml:"input"`
@@ -136,6 +148,54 @@ type nodeFile struct {
 	Class  string         `toml:"class"`
 	Config map[string]any `toml:"config"`
 	Inputs []string       `toml:"inputs"`
+	At     *atFile        `toml:"at"`
+}
+
+// atFile is a node's at = { tags = [...], gpus = N, cpus = N, memory = SIZE }.
+type atFile struct {
+	Tags   []string `toml:"tags"`
+	GPUs   int      `toml:"gpus"`
+	CPUs   int      `toml:"cpus"`
+	Memory any      `toml:"memory"` // bytes, or a size such as "16GiB"
+}
+
+// ParseSize reads 512MiB, 64GiB, 1.5TB or a plain byte count.
+func ParseSize(s string) (uint64, error) {
+	units := []struct {
+		suffix string
+		mult   float64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(s, u.suffix); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+			if err != nil || f < 0 || math.IsInf(f, 0) || f*u.mult >= math.MaxUint64 {
+				return 0, fmt.Errorf("size %q: want a size such as 64GiB", s)
+			}
+			return uint64(f * u.mult), nil
+		}
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("size %q: want a size such as 64GiB", s)
+	}
+	return n, nil
+}
+
+// memory is at.memory in bytes.
+func (a *atFile) memory(node string) (uint64, error) {
+	switch m := a.Memory.(type) {
+	case nil:
+		return 0, nil
+	case int64:
+		if m >= 0 {
+			return uint64(m), nil
+		}
+	case string:
+		if n, err := ParseSize(m); err == nil {
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: node %q: at.memory = %v: want bytes or a size such as \"16GiB\"", ErrInvalidPlan, node, a.Memory)
 }
 
 // valueFile is a value in a plan file: exactly one of npy (a .npy file
@@ -189,10 +249,9 @@ func ParsePlan(text []byte, dir string) (*Plan, error) {
 		Metadata:  pf.Metadata,
 		Resources: Ask{GPUs: pf.Resources.GPUs, CPUs: pf.Resources.CPUs, Memory: pf.Resources.Memory, Tags: pf.Tags},
 	}
-	for _, t := range pf.Tags {
-		if t == "" || strings.ContainsAny(t, " \t\n,") {
-			return nil, fmt.Errorf("%w: tag %q: want a non-empty word without spaces or commas, as soma-worker --tag gives", ErrInvalidPlan, t)
-		}
+	p.RefOutputs = pf.RefOuts
+	if err := checkTags(pf.Tags, "tags"); err != nil {
+		return nil, err
 	}
 	if pf.Timeout != "" {
 		d, err := time.ParseDuration(pf.Timeout)
@@ -203,7 +262,18 @@ func ParsePlan(text []byte, dir string) (*Plan, error) {
 	}
 	names := append([]string(nil), pf.Files...)
 	for _, n := range pf.Nodes {
-		p.Nodes = append(p.Nodes, Node(n))
+		node := Node{ID: n.ID, File: n.File, Class: n.Class, Config: n.Config, Inputs: n.Inputs}
+		if n.At != nil {
+			if err := checkTags(n.At.Tags, "node "+strconv.Quote(n.ID)+": at.tags"); err != nil {
+				return nil, err
+			}
+			mem, err := n.At.memory(n.ID)
+			if err != nil {
+				return nil, err
+			}
+			node.At = &Ask{GPUs: n.At.GPUs, CPUs: n.At.CPUs, Memory: mem, Tags: n.At.Tags}
+		}
+		p.Nodes = append(p.Nodes, node)
 		names = append(names, n.File)
 	}
 	shipped := map[string]bool{}
@@ -248,6 +318,16 @@ func ParsePlan(text []byte, dir string) (*Plan, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// checkTags refuses a tag a worker could not carry.
+func checkTags(tags []string, where string) error {
+	for _, t := range tags {
+		if t == "" || strings.ContainsAny(t, " \t\n,") {
+			return fmt.Errorf("%w: %s: tag %q: want a non-empty word without spaces or commas, as soma-worker --tag gives", ErrInvalidPlan, where, t)
+		}
+	}
+	return nil
 }
 
 func (vf *valueFile) value(dir, what string) (Value, error) {

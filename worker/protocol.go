@@ -104,6 +104,12 @@ type Plan struct {
 	TimeoutSeconds float64 `msgpack:"timeout_seconds"`
 	// Metadata is free-form and never interpreted by the worker.
 	Metadata map[string]string `msgpack:"metadata"`
+	// RefOutputs names outputs that must come back as blob references
+	// of the worker's store whatever their size: a value that crosses a
+	// cut of the plan (CutPlan) goes worker to worker through the store,
+	// never through the client. A worker without a store fails such a
+	// plan, and only array and bytes outputs can be references.
+	RefOutputs []string `msgpack:"ref_outputs,omitempty"`
 }
 
 // Node is one filter in a plan: an instance of Class from the shipped
@@ -114,6 +120,10 @@ type Node struct {
 	Class  string         `msgpack:"class"`
 	Config map[string]any `msgpack:"config"`
 	Inputs []string       `msgpack:"inputs"`
+	// At is where the node must run (a plan file's at = {...}); nil
+	// means the plan's Resources. Only placement reads it: CutPlan cuts
+	// a plan into segments of nodes with the same requirement.
+	At *Ask `msgpack:"at,omitempty"`
 }
 
 // File is a Python file shipped with a plan. Content may be empty when the

@@ -77,6 +77,9 @@ A PLAN FILE (paths relative to it):
    file = "filters.py"
    class = "Classifier"
    inputs = ["scale"]
+   at = { tags = ["torch"], gpus = 1 } # optional: where this node runs; soma run ROOT
+                                      #   cuts the plan into segments by it (values
+                                      #   cross the cut as blobs of ROOT)
    [nodes.config]                     # keyword arguments of the class
    k = 3`
 
@@ -143,13 +146,24 @@ func runPlan(c *cli.Context) error {
 			return err
 		}
 	}
-	var res *worker.Result
-	switch {
-	case direct != "":
-		res, err = runOn(c.Context, direct, token, store, p, nil)
-	default:
-		res, err = placeAndRun(c, store, coord, token, p)
+	segs, err := worker.CutPlan(p)
+	if err != nil {
+		return err
 	}
+	if len(segs) > 1 {
+		if store == nil {
+			return usagef("plan %s has nodes with different at = {...} (%d segments): the values crossing between them go through the store; give ROOT (or --root)", p.ID, len(segs))
+		}
+		for _, s := range segs {
+			fmt.Fprintf(c.App.ErrWriter, "soma run: segment %s: nodes %s, needs %s\n", s.Plan.ID, nodeList(s.Plan), s.Plan.Requirement())
+		}
+	}
+	res, err := worker.RunCut(c.Context, p, segs, func(ctx context.Context, sp *worker.Plan) (*worker.Result, error) {
+		if direct != "" {
+			return runOn(ctx, direct, token, store, sp, nil)
+		}
+		return placeAndRun(c, store, coord, token, sp)
+	})
 	if err != nil {
 		return err
 	}
@@ -277,6 +291,14 @@ func runLocally(c *cli.Context, store *fsstore.Store, p *worker.Plan, why string
 	}
 	defer w.Close()
 	return w.Run(c.Context, p)
+}
+
+func nodeList(p *worker.Plan) string {
+	ids := make([]string, len(p.Nodes))
+	for i, n := range p.Nodes {
+		ids[i] = n.ID
+	}
+	return strings.Join(ids, ",")
 }
 
 // errPlanFailed exits 1 after the result has been printed.
