@@ -18,7 +18,7 @@ func envMap(m map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
 
-func writeFiles(t *testing.T, root string, files map[string]string) {
+func writeFiles(t testing.TB, root string, files map[string]string) {
 	t.Helper()
 	for name, body := range files {
 		p := filepath.Join(root, name)
