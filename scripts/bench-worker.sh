@@ -9,12 +9,16 @@
 #               reference, by Zarr rows and inline, against reading the
 #               bytes from the store and a raw loopback TCP copy (goal:
 #               by reference within 1.5x of the store read)
+#   env reuse   a plan needing a wheel (built offline here, installed with
+#               --no-index --find-links), then a second plan with the same
+#               requirements: pip runs and times of both (goal: the second
+#               runs pip 0 times)
 #
 # Usage: scripts/bench-worker.sh            (from anywhere in the repository)
 # Env:   SOMA_PYTHON    interpreter with numpy (default /usr/bin/python3)
 #        SOMA_BENCH_MB  array size in MB (default 100)
 #        N              iterations of each benchmark (default 30 round
-#                       trips, 5 forwards)
+#                       trips, 5 forwards, 2 env reuses)
 set -eu
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,6 +35,7 @@ echo "bench-worker: building and running worker's benchmarks" >&2
 cd "$root/worker"
 "$tmp/worker.test" -test.run '^$' -test.bench 'RoundTrip' -test.benchtime "${N:-30}x" >"$tmp/out.txt"
 "$tmp/worker.test" -test.run '^$' -test.bench 'Forward' -test.benchtime "${N:-5}x" >>"$tmp/out.txt"
+"$tmp/worker.test" -test.run '^$' -test.bench 'EnvReuse' -test.benchtime "${N:-2}x" >"$tmp/env.txt"
 
 echo "## soma-worker: plans over loopback vs the floors (SOMA_BENCH_MB=${SOMA_BENCH_MB:-100}; load average $(cut -d' ' -f1 /proc/loadavg))"
 echo
@@ -57,3 +62,14 @@ END {
 		printf "| %s | %s | %s | %s | %s |\n", k, P50[k], P99[k], MB[k], vs
 	}
 }' "$tmp/out.txt"
+echo
+echo "## soma-worker: environment reuse (fresh worker and pool each time; p50 over N)"
+echo
+awk '
+/^BenchmarkEnvReuse/ {
+	for (i = 4; i < NF; i++) v[$(i+1)] = $i
+	print "| plan | pip runs | ms (p50) |"
+	print "|---|---:|---:|"
+	printf "| first with the requirement | %s | %s |\n", v["first-pips"], v["first-p50-ms"]
+	printf "| second, same requirements | %s | %s |\n", v["second-pips"], v["second-p50-ms"]
+}' "$tmp/env.txt"

@@ -104,6 +104,14 @@ type EnvPool struct {
 	maxBytes int64
 	log      *slog.Logger
 
+	// checked holds the folders (under envs/) that passed check. A folder
+	// is published only once complete and never rewritten (a rebuild
+	// gets a fresh, randomly named folder), so a pass holds as long as
+	// the link points at it. Before this cache every warm plan re-read
+	// the marker and pyvenv.cfg and resolved the interpreter: about a
+	// third of a warm no-op plan's CPU (pprof, BenchmarkRoundTrip).
+	checked sync.Map // folder path -> struct{}
+
 	// Test seams: pipStarted is called once pip runs in dir as process
 	// pid; poll is how often a waiter retries a held lock.
 	pipStarted func(dir string, pid int)
@@ -427,9 +435,12 @@ func (p *EnvPool) open(key string) (*Env, error) {
 		return nil, fmt.Errorf("worker: env %s: %w", key, err)
 	}
 	dir := filepath.Join(p.dir, "envs", target)
-	if err := p.check(key, dir); err != nil {
-		p.log.Warn("env not usable; rebuilding", "key", key, "dir", dir, "why", err)
-		return nil, errNotReady
+	if _, ok := p.checked.Load(dir); !ok {
+		if err := p.check(key, dir); err != nil {
+			p.log.Warn("env not usable; rebuilding", "key", key, "dir", dir, "why", err)
+			return nil, errNotReady
+		}
+		p.checked.Store(dir, struct{}{})
 	}
 	// No O_CREATE: if an eviction removed dir meanwhile, fail rather than
 	// recreate a file in a folder being deleted.
@@ -821,6 +832,7 @@ func (p *EnvPool) evict(key, name string) bool {
 		p.log.Warn("evict env", "key", key, "err", err)
 		return false
 	}
+	p.checked.Delete(dir)
 	if err := os.RemoveAll(dir); err != nil {
 		p.log.Warn("evict env", "key", key, "dir", dir, "err", err)
 	}

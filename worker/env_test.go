@@ -33,7 +33,7 @@ const (
 
 // buildWheel builds testPkgName 1.0 into a wheel, offline, and returns
 // the folder holding it.
-func buildWheel(t *testing.T) string {
+func buildWheel(t testing.TB) string {
 	t.Helper()
 	testutil.NeedPython(t, "venv", "setuptools", "wheel", "pip")
 	src := filepath.Join(t.TempDir(), "pkg")

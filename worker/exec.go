@@ -103,7 +103,7 @@ func (s *session) acquireGPUs(ctx context.Context) error {
 	if s.p.Resources.GPUs == 0 {
 		return nil
 	}
-	gpus, release, err := s.w.gpus.Acquire(s.p.Resources.GPUs)
+	gpus, release, err := s.w.gpus.Acquire(s.p.Resources.GPUs, s.p.Resources.ShareGPUs)
 	if err != nil {
 		return fmt.Errorf("plan asks for %d GPUs, this worker offers %d: %w", s.p.Resources.GPUs, len(s.w.o.Resources.GPUs), err)
 	}

@@ -1,8 +1,10 @@
 package worker
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,61 +25,86 @@ type GPU struct {
 // asked for.
 var ErrNoFreeGPU = errors.New("worker: not enough free GPUs")
 
-// GPUSet hands out a fixed set of GPUs exclusively: a GPU acquired by one
-// caller is not handed to another until it is released. It is safe for
-// concurrent use. It lives in one process; it is the worker's own
+// GPUSet hands out a fixed set of GPUs. By default a GPU acquired by one
+// caller is not handed to another until it is released. A caller may
+// instead ask to share: shared acquisitions may land on GPUs already held
+// by other shared acquisitions, never on a GPU held exclusively, and an
+// exclusive acquisition never lands on a GPU held by anyone. It is safe
+// for concurrent use. It lives in one process; it is the worker's own
 // bookkeeping, not a lock other processes see.
 type GPUSet struct {
-	mu   sync.Mutex
-	gpus []GPU  // in the order given
-	busy []bool // busy[i] is true while gpus[i] is acquired
+	mu      sync.Mutex
+	gpus    []GPU  // in the order given
+	busy    []bool // busy[i] is true while gpus[i] is held exclusively
+	sharers []int  // sharers[i] is how many shared acquisitions hold gpus[i]
 }
 
 // NewGPUSet returns a set offering gpus, all free. It copies the slice.
 func NewGPUSet(gpus []GPU) *GPUSet {
-	return &GPUSet{gpus: slices.Clone(gpus), busy: make([]bool, len(gpus))}
+	return &GPUSet{gpus: slices.Clone(gpus), busy: make([]bool, len(gpus)), sharers: make([]int, len(gpus))}
 }
 
 // Len returns how many GPUs the set offers in all.
 func (s *GPUSet) Len() int { return len(s.gpus) }
 
-// Free returns how many GPUs are free now.
+// Free returns how many GPUs nobody holds now, exclusively or shared.
 func (s *GPUSet) Free() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	for _, b := range s.busy {
-		if !b {
+	for i, b := range s.busy {
+		if !b && s.sharers[i] == 0 {
 			n++
 		}
 	}
 	return n
 }
 
-// Acquire takes n free GPUs, the first free ones in the set's order, or
-// takes none and returns an error wrapping ErrNoFreeGPU. It never waits.
-// The returned release gives them back; calling it more than once is
-// harmless. Acquire(0) succeeds with no GPUs; a negative n is an error.
-func (s *GPUSet) Acquire(n int) (gpus []GPU, release func(), err error) {
+// Acquire takes n GPUs, or takes none and returns an error wrapping
+// ErrNoFreeGPU. It never waits. Without share it takes the first GPUs
+// nobody holds, in the set's order. With share it takes GPUs nobody holds
+// exclusively, those already shared first (fewest sharers first, then the
+// set's order): packing shared plans onto GPUs that are already shared
+// keeps whole GPUs free for plans that need one to themselves, which
+// could not run otherwise. The n GPUs are distinct. The returned release
+// gives them back; calling it more than once is harmless. Acquire(0)
+// succeeds with no GPUs; a negative n is an error.
+func (s *GPUSet) Acquire(n int, share bool) (gpus []GPU, release func(), err error) {
 	if n < 0 {
 		return nil, nil, fmt.Errorf("worker: acquire %d GPUs: a count cannot be negative", n)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var taken []int
-	for i, b := range s.busy {
-		if len(taken) == n {
-			break
-		}
-		if !b {
-			taken = append(taken, i)
+	var fit []int
+	for i := range s.gpus {
+		if !s.busy[i] && (share || s.sharers[i] == 0) {
+			fit = append(fit, i)
 		}
 	}
-	if len(taken) < n {
-		return nil, nil, fmt.Errorf("%w: asked for %d, %d of %d free", ErrNoFreeGPU, n, len(taken), len(s.gpus))
+	if share {
+		// Already shared GPUs first (fewest sharers first); free ones last.
+		rank := func(i int) int {
+			if s.sharers[i] == 0 {
+				return math.MaxInt
+			}
+			return s.sharers[i]
+		}
+		slices.SortStableFunc(fit, func(a, b int) int { return cmp.Compare(rank(a), rank(b)) })
 	}
+	if len(fit) < n {
+		how := "free"
+		if share {
+			how = "not held exclusively"
+		}
+		return nil, nil, fmt.Errorf("%w: asked for %d, %d of %d %s", ErrNoFreeGPU, n, len(fit), len(s.gpus), how)
+	}
+	taken := fit[:n]
 	for _, i := range taken {
-		s.busy[i] = true
+		if share {
+			s.sharers[i]++
+		} else {
+			s.busy[i] = true
+		}
 		gpus = append(gpus, s.gpus[i])
 	}
 	var once sync.Once
@@ -86,7 +113,11 @@ func (s *GPUSet) Acquire(n int) (gpus []GPU, release func(), err error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			for _, i := range taken {
-				s.busy[i] = false
+				if share {
+					s.sharers[i]--
+				} else {
+					s.busy[i] = false
+				}
 			}
 		})
 	}

@@ -105,6 +105,8 @@ func ValidatePlan(p *Plan) error {
 		return bad("timeout_seconds %v: want a positive number (0: the worker's default)", p.TimeoutSeconds)
 	case p.Resources.GPUs < 0 || p.Resources.CPUs < 0:
 		return bad("resources: gpus %d, cpus %d: want 0 or more", p.Resources.GPUs, p.Resources.CPUs)
+	case p.Resources.ShareGPUs && p.Resources.GPUs == 0:
+		return bad("resources: share_gpus without gpus: ask for the GPUs to share (gpus = 1), or drop share_gpus")
 	}
 	return nil
 }
@@ -137,9 +139,10 @@ type envFile struct {
 }
 
 type askFile struct {
-	GPUs   int    `toml:"gpus"`
-	CPUs   int    `toml:"cpus"`
-	Memory uint64 `toml:"memory"`
+	GPUs      int    `toml:"gpus"`
+	ShareGPUs bool   `toml:"share_gpus"`
+	CPUs      int    `toml:"cpus"`
+	Memory    uint64 `toml:"memory"`
 }
 
 type nodeFile struct {
@@ -247,7 +250,7 @@ func ParsePlan(text []byte, dir string) (*Plan, error) {
 		Outputs:   pf.Outputs,
 		Env:       EnvRequest(pf.Env),
 		Metadata:  pf.Metadata,
-		Resources: Ask{GPUs: pf.Resources.GPUs, CPUs: pf.Resources.CPUs, Memory: pf.Resources.Memory, Tags: pf.Tags},
+		Resources: Ask{GPUs: pf.Resources.GPUs, ShareGPUs: pf.Resources.ShareGPUs, CPUs: pf.Resources.CPUs, Memory: pf.Resources.Memory, Tags: pf.Tags},
 	}
 	p.RefOutputs = pf.RefOuts
 	if err := checkTags(pf.Tags, "tags"); err != nil {

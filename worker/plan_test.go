@@ -28,6 +28,7 @@ values = [1, 2, 3, 4.5]
 npy = "y.npy"
 [resources]
 gpus = 1
+share_gpus = true
 [metadata]
 who = "me"
 [states]
@@ -77,7 +78,7 @@ func TestParsePlan(t *testing.T) {
 		t.Errorf("targets = %+v", p.Targets)
 	case p.Nodes[0].Config["k"] != int64(2) || p.Nodes[1].Inputs[0] != "a":
 		t.Errorf("nodes = %+v", p.Nodes)
-	case !p.Env.NoIndex || p.Env.FindLinks[0] != "/wheels" || p.Resources.GPUs != 1 || p.Metadata["who"] != "me":
+	case !p.Env.NoIndex || p.Env.FindLinks[0] != "/wheels" || p.Resources.GPUs != 1 || !p.Resources.ShareGPUs || p.Metadata["who"] != "me":
 		t.Errorf("env %+v resources %+v metadata %v", p.Env, p.Resources, p.Metadata)
 	case p.States["a"].Ref == "":
 		t.Errorf("states = %+v", p.States)
@@ -106,6 +107,7 @@ class = "B"`, `"g.py"`},
 		{"reserved id", `id = "a"`, `id = "input"`, "reserved"},
 		{"output not a node", `outputs = ["b"]`, `outputs = ["z"]`, `outputs: "z"`},
 		{"bad id", `id = "p1"`, `id = "../p"`, `id "../p"`},
+		{"share without gpus", "gpus = 1\nshare_gpus = true", "share_gpus = true", "share_gpus without gpus"},
 		{"tag with a comma", `tags = ["torch", "a100"]`, `tags = ["torch,a100"]`, `tag "torch,a100"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

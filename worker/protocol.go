@@ -17,6 +17,13 @@ package worker
 //     (Health, Capabilities) may grow fields in the same version; a client
 //     ignores the ones it does not know. Those two types say so below.
 //   - Plan.Metadata is free-form: the worker carries it and never reads it.
+//   - A field may be added to a request within a version only if it is
+//     optional, omitted from the frame when it has its zero value, and
+//     the zero value means what the frame meant without the field (so
+//     every frame an older client sends still decodes, and means the
+//     same). A frame that uses the new field is refused by an older
+//     worker as an unknown field, which is the point: that worker cannot
+//     honour it. Fields added this way: Ask.ShareGPUs (share_gpus).
 
 import (
 	"bytes"
@@ -145,11 +152,18 @@ type EnvRequest struct {
 	IndexURL           string   `msgpack:"index_url"`
 }
 
-// Ask is the resources a plan asks for. GPUs are given to the plan alone.
+// Ask is the resources a plan asks for. GPUs are given to the plan alone
+// unless ShareGPUs is set.
 type Ask struct {
-	GPUs   int    `msgpack:"gpus"`
-	CPUs   int    `msgpack:"cpus"`
-	Memory uint64 `msgpack:"memory"`
+	GPUs int `msgpack:"gpus"`
+	// ShareGPUs lets the plan's GPUs be shared with other plans that set
+	// it too (never with a plan that did not: that one gets its GPUs to
+	// itself). It is the plan's promise that it fits beside others in
+	// the GPUs' memory. Added in version 1 as an optional field (see the
+	// rules at the top): absent means false.
+	ShareGPUs bool   `msgpack:"share_gpus,omitempty"`
+	CPUs      int    `msgpack:"cpus"`
+	Memory    uint64 `msgpack:"memory"`
 	// Tags are worker tags the plan needs (a plan file's top-level
 	// tags): placement picks a worker carrying every one. The worker
 	// itself does not check them (a plan run locally, or sent straight

@@ -57,6 +57,28 @@ func TestDecodeFrame(t *testing.T) {
 	}
 }
 
+// TestShareGPUsOptional: share_gpus is added to version 1 by protocol.go's
+// rule for optional fields: a plan that does not share encodes exactly as
+// before (no share_gpus key, so an older worker still decodes it), and a
+// plan that shares carries the key and decodes back.
+func TestShareGPUsOptional(t *testing.T) {
+	plain, err := EncodeFrame(&Plan{ID: "p", Mode: Forward, Resources: Ask{GPUs: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(plain, []byte("share_gpus")) {
+		t.Errorf("a plan that does not share carries share_gpus: an older worker would refuse it")
+	}
+	shared, err := EncodeFrame(&Plan{ID: "p", Mode: Forward, Resources: Ask{GPUs: 1, ShareGPUs: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p Plan
+	if err := DecodeFrame(shared, &p); err != nil || !p.Resources.ShareGPUs || p.Resources.GPUs != 1 {
+		t.Fatalf("DecodeFrame(shared) = %v, resources %+v, want 1 GPU shared", err, p.Resources)
+	}
+}
+
 // TestCapabilitiesLenient: a client ignores fields a newer worker of the
 // same version adds to /capabilities and /health (protocol.go's rules).
 func TestCapabilitiesLenient(t *testing.T) {

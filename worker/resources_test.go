@@ -18,7 +18,7 @@ func envMap(m map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
 
-func writeFiles(t *testing.T, root string, files map[string]string) {
+func writeFiles(t testing.TB, root string, files map[string]string) {
 	t.Helper()
 	for name, body := range files {
 		p := filepath.Join(root, name)
@@ -159,24 +159,24 @@ func TestDetectResourcesAffinity(t *testing.T) {
 func TestGPUSetAcquire(t *testing.T) {
 	gpus := []GPU{{Index: 0, UUID: "GPU-a"}, {Index: 1, UUID: "GPU-b"}, {Index: 2, UUID: "GPU-c"}}
 	s := NewGPUSet(gpus)
-	two, rel2, err := s.Acquire(2)
+	two, rel2, err := s.Acquire(2, false)
 	if err != nil || len(two) != 2 || two[0].UUID != "GPU-a" || two[1].UUID != "GPU-b" {
 		t.Fatalf("Acquire(2) = %v, %v, want GPU-a, GPU-b", two, err)
 	}
-	if _, _, err := s.Acquire(2); !errors.Is(err, ErrNoFreeGPU) {
+	if _, _, err := s.Acquire(2, false); !errors.Is(err, ErrNoFreeGPU) {
 		t.Fatalf("Acquire(2) with 1 free: %v, want ErrNoFreeGPU", err)
 	}
 	if got := s.Free(); got != 1 {
 		t.Errorf("Free after a refused Acquire = %d, want 1 (a refusal takes nothing)", got)
 	}
-	none, relNone, err := s.Acquire(0)
+	none, relNone, err := s.Acquire(0, false)
 	if err != nil || len(none) != 0 {
 		t.Fatalf("Acquire(0) = %v, %v, want nothing and no error", none, err)
 	}
 	relNone()
 	rel2()
 	rel2() // twice is harmless: it must not free GPUs someone else took
-	one, rel1, err := s.Acquire(1)
+	one, rel1, err := s.Acquire(1, false)
 	if err != nil || one[0].UUID != "GPU-a" {
 		t.Fatalf("Acquire(1) after release = %v, %v, want GPU-a", one, err)
 	}
@@ -185,32 +185,36 @@ func TestGPUSetAcquire(t *testing.T) {
 		t.Errorf("Free after a stale release = %d, want 2", got)
 	}
 	rel1()
-	if _, _, err := s.Acquire(-1); err == nil {
+	if _, _, err := s.Acquire(-1, false); err == nil {
 		t.Error("Acquire(-1): no error")
 	}
-	if _, _, err := s.Acquire(4); !errors.Is(err, ErrNoFreeGPU) {
+	if _, _, err := s.Acquire(4, false); !errors.Is(err, ErrNoFreeGPU) {
 		t.Errorf("Acquire(4) of 3: %v, want ErrNoFreeGPU", err)
 	}
 }
 
-// Under concurrency, no GPU is ever held by two callers at once.
+// Under concurrency, no GPU is ever held by two callers at once unless
+// both asked to share.
 func TestGPUSetExclusive(t *testing.T) {
 	checkExclusive(t, stubLikeGPUs(4))
 }
 
 // checkExclusive has 8 goroutines acquire and release gpus at random
-// sizes and checks that no GPU is ever held twice.
+// sizes, half of them sharing, and checks that a GPU held exclusively is
+// held by no one else and that shared GPUs are shared only by sharers.
 func checkExclusive(t *testing.T, gpus []GPU) {
 	t.Helper()
 	s := NewGPUSet(gpus)
 	var mu sync.Mutex
-	holder := map[string]int{}
+	holder := map[string]int{} // exclusive holder
+	sharers := map[string]int{}
 	var wg sync.WaitGroup
 	for w := range 8 {
 		wg.Go(func() {
+			share := w%2 == 0
 			for range 200 {
 				n := 1 + w%3
-				got, release, err := s.Acquire(n)
+				got, release, err := s.Acquire(n, share)
 				if errors.Is(err, ErrNoFreeGPU) {
 					continue
 				}
@@ -219,17 +223,33 @@ func checkExclusive(t *testing.T, gpus []GPU) {
 					return
 				}
 				mu.Lock()
+				seen := map[string]bool{}
 				for _, g := range got {
-					if h, busy := holder[g.UUID]; busy {
-						t.Errorf("%s handed to worker %d while worker %d holds it", g.UUID, w, h)
+					if seen[g.UUID] {
+						t.Errorf("%s handed twice to worker %d in one Acquire", g.UUID, w)
 					}
-					holder[g.UUID] = w
+					seen[g.UUID] = true
+					if h, busy := holder[g.UUID]; busy {
+						t.Errorf("%s handed to worker %d (share %v) while worker %d holds it exclusively", g.UUID, w, share, h)
+					}
+					if !share && sharers[g.UUID] > 0 {
+						t.Errorf("%s handed exclusively to worker %d while %d sharers hold it", g.UUID, w, sharers[g.UUID])
+					}
+					if share {
+						sharers[g.UUID]++
+					} else {
+						holder[g.UUID] = w
+					}
 				}
 				mu.Unlock()
 				runtime.Gosched()
 				mu.Lock()
 				for _, g := range got {
-					delete(holder, g.UUID)
+					if share {
+						sharers[g.UUID]--
+					} else {
+						delete(holder, g.UUID)
+					}
 				}
 				mu.Unlock()
 				release()
@@ -239,6 +259,65 @@ func checkExclusive(t *testing.T, gpus []GPU) {
 	wg.Wait()
 	if got := s.Free(); got != len(gpus) {
 		t.Errorf("Free after all released = %d, want %d", got, len(gpus))
+	}
+}
+
+// Shared acquisitions pack onto GPUs already shared, never onto one held
+// exclusively; an exclusive one never lands on a shared GPU.
+func TestGPUSetShare(t *testing.T) {
+	s := NewGPUSet([]GPU{{Index: 0, UUID: "GPU-a"}, {Index: 1, UUID: "GPU-b"}, {Index: 2, UUID: "GPU-c"}})
+	uuids := func(gs []GPU) string {
+		var u []string
+		for _, g := range gs {
+			u = append(u, g.UUID)
+		}
+		return strings.Join(u, ",")
+	}
+	ex, relEx, err := s.Acquire(1, false)
+	if err != nil || uuids(ex) != "GPU-a" {
+		t.Fatalf("exclusive Acquire(1) = %v, %v, want GPU-a", ex, err)
+	}
+	sh1, relSh1, err := s.Acquire(1, true)
+	if err != nil || uuids(sh1) != "GPU-b" {
+		t.Fatalf("shared Acquire(1) = %v, %v, want GPU-b (GPU-a is held exclusively)", sh1, err)
+	}
+	sh2, relSh2, err := s.Acquire(1, true)
+	if err != nil || uuids(sh2) != "GPU-b" {
+		t.Fatalf("second shared Acquire(1) = %v, %v, want GPU-b (already shared, leaving GPU-c whole)", sh2, err)
+	}
+	sh3, relSh3, err := s.Acquire(2, true)
+	if err != nil || uuids(sh3) != "GPU-b,GPU-c" {
+		t.Fatalf("shared Acquire(2) = %v, %v, want GPU-b,GPU-c", sh3, err)
+	}
+	if _, _, err := s.Acquire(3, true); !errors.Is(err, ErrNoFreeGPU) || !strings.Contains(err.Error(), "2 of 3 not held exclusively") {
+		t.Fatalf("shared Acquire(3) with one GPU held exclusively: %v, want ErrNoFreeGPU, 2 of 3 not held exclusively", err)
+	}
+	if _, _, err := s.Acquire(1, false); !errors.Is(err, ErrNoFreeGPU) {
+		t.Fatalf("exclusive Acquire(1) with every GPU held: %v, want ErrNoFreeGPU", err)
+	}
+	relSh3()
+	if got := s.Free(); got != 1 {
+		t.Fatalf("Free with GPU-a exclusive and GPU-b shared = %d, want 1", got)
+	}
+	ex2, relEx2, err := s.Acquire(1, false)
+	if err != nil || uuids(ex2) != "GPU-c" {
+		t.Fatalf("exclusive Acquire(1) = %v, %v, want GPU-c (GPU-b is still shared)", ex2, err)
+	}
+	relSh1()
+	relSh1() // twice is harmless: GPU-b still has a sharer
+	if _, _, err := s.Acquire(1, false); !errors.Is(err, ErrNoFreeGPU) {
+		t.Fatalf("exclusive Acquire(1) while GPU-b keeps one sharer: %v, want ErrNoFreeGPU", err)
+	}
+	relSh2()
+	ex3, relEx3, err := s.Acquire(1, false)
+	if err != nil || uuids(ex3) != "GPU-b" {
+		t.Fatalf("exclusive Acquire(1) after the sharers left = %v, %v, want GPU-b", ex3, err)
+	}
+	relEx()
+	relEx2()
+	relEx3()
+	if got := s.Free(); got != 3 {
+		t.Errorf("Free after all released = %d, want 3", got)
 	}
 }
 
