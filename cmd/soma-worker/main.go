@@ -396,33 +396,11 @@ func limitsOf(c *cli.Context) (worker.Limits, error) {
 		return l, usagef("--max-cpus, --max-gpus and --max-plans must be 0 (no limit) or more")
 	}
 	if s := c.String("max-memory"); s != "" {
-		n, err := parseBytes(s)
+		n, err := worker.ParseSize(s)
 		if err != nil {
 			return l, usagef("--max-memory %q: %v", s, err)
 		}
 		l.MaxMemory = n
 	}
 	return l, nil
-}
-
-// parseBytes reads 512MiB, 64GiB, 1.5TB or a plain byte count.
-func parseBytes(s string) (uint64, error) {
-	units := []struct {
-		suffix string
-		mult   float64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
-	for _, u := range units {
-		if num, ok := strings.CutSuffix(s, u.suffix); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-			if err != nil || f < 0 {
-				return 0, fmt.Errorf("want a size such as 64GiB")
-			}
-			return uint64(f * u.mult), nil
-		}
-	}
-	n, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("want a size such as 64GiB")
-	}
-	return n, nil
 }
