@@ -37,7 +37,12 @@ func (r *Run) Add(step int64, value float64) error {
 // value, and a curve blob with the whole curve. It returns ErrSuperseded
 // when another process has retried the attempt, and ErrFinished after
 // Finish.
-func (r *Run) Flush(ctx context.Context) error {
+func (r *Run) Flush(ctx context.Context) error { return r.beat(ctx, true) }
+
+// beat is Heartbeat (pending false) and Flush (pending true): the lease
+// renewed, the counter advanced, and with pending the values Add took
+// since the last write.
+func (r *Run) beat(ctx context.Context, pending bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.check(); err != nil {
@@ -52,7 +57,8 @@ func (r *Run) Flush(ctx context.Context) error {
 	f := r.f
 	f.beat++
 	var curve []Step
-	if r.pending {
+	pending = pending && r.pending
+	if pending {
 		curve = r.curve[:len(r.curve):len(r.curve)]
 		last := curve[len(curve)-1]
 		f.step, f.value, f.hasValue = last.Step, last.Value, true
@@ -60,7 +66,9 @@ func (r *Run) Flush(ctx context.Context) error {
 	if _, err := r.write(ctx, f, curve, ""); err != nil {
 		return err
 	}
-	r.pending = false
+	if pending {
+		r.pending = false
+	}
 	return nil
 }
 

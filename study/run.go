@@ -187,23 +187,7 @@ func (r *Run) write(ctx context.Context, f fields, curve []Step, reason string) 
 // returns ErrSuperseded when another process has retried the attempt
 // (the runner must stop the objective; nothing it writes counts any
 // more), and ErrFinished after Finish.
-func (r *Run) Heartbeat(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.check(); err != nil {
-		return err
-	}
-	if _, found, err := r.isSuperseded(ctx); err != nil {
-		return err
-	} else if found {
-		r.superseded = true
-		return r.supersededErr()
-	}
-	f := r.f
-	f.beat++
-	_, err := r.write(ctx, f, nil, "")
-	return err
-}
+func (r *Run) Heartbeat(ctx context.Context) error { return r.beat(ctx, false) }
 
 // checkStep is what Report and Add check of a value before taking it: a
 // run still open, a finite value, and a step after the last one. The
