@@ -1,14 +1,17 @@
 package objective
 
 import (
-	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -32,36 +35,60 @@ import (
 //   - starts the objective in its own process group, with Pdeathsig
 //     SIGKILL (if the guard itself is killed, the objective dies too);
 //   - forwards to the objective's process group the signals soma-trial
-//     asks for on the command pipe (soma-trial's own signals never reach
-//     the guard's children otherwise, and a signal sent by pid could hit
-//     a reused pid once the guard has reaped it: only the guard knows when
-//     it has);
-//   - tells soma-trial, on the status pipe, the objective's pid and then
-//     its wait status (exit code or signal, as if soma-trial had waited
-//     for it itself);
+//     asks for (soma-trial's own signals never reach the guard's children
+//     otherwise, and a signal sent by pid could hit a reused pid once the
+//     guard has reaped it: only the guard knows when it has);
+//   - tells soma-trial the objective's pid, then its wait status (exit
+//     code or signal, as if soma-trial had waited for it itself), then
+//     "done" once nothing of its tree is left;
 //   - when the objective has exited, gives what it left running
 //     leftoverGrace to end on its own, then SIGTERM, then SIGKILL
-//     leftoverGrace later, and exits once nothing is left;
-//   - when soma-trial dies, by any death including SIGKILL (the command
-//     pipe's last writer closes), kills the whole tree with SIGKILL at
-//     once: the attempt is lost and will be retried elsewhere, so nothing
-//     of it may run on.
+//     leftoverGrace later;
+//   - when soma-trial dies, by any death including SIGKILL (the last
+//     holder of soma-trial's end of the socket closes it), kills the
+//     whole tree with SIGKILL at once and exits: the attempt is lost and
+//     will be retried elsewhere, so nothing of it may run on.
+//
+// A guard runs one objective at a time and then waits for the next: it
+// is started once per concurrent run and kept (guardPool). It used to be
+// started once per objective, and a Go program's start (exec of a 9 MB
+// binary, its runtime and package initialisation) cost soma-trial about
+// 18 ms of CPU per trial: 39-53 trials/s of /bin/echo where it had done
+// 232-496 before the guard (scripts/bench-trial.sh). Kept, the guard
+// costs a fork and an exec of the objective per trial, as running it
+// directly would.
 //
 // The guard ignores the stop signals sent to it directly (Ctrl-C reaches
 // soma-trial's process group, Slurm signals every process of a step):
-// soma-trial decides what the objective gets. Its descriptors: 0-2 are
-// the objective's stdin, stdout and stderr; 3 and 4 the report and
-// verdict pipes, passed on and closed; 5 the command pipe (lines
-// "signal <n>" and "kill"); 6 the status pipe (lines "pid <n>", then
-// "exit <wait status>", or "error <message>" if the objective could not
-// be started).
-const guardArg = "__soma-objective-guard-v1"
+// soma-trial decides what the objective gets. Its fd 3 is a
+// SOCK_SEQPACKET socket to soma-trial; each packet one message:
+//
+//	soma-trial → guard: "run SEQ LEN" with the objective's fds 0-4 as
+//	    SCM_RIGHTS, then LEN bytes of JSON (guardRun) in packets of at
+//	    most guardChunk bytes; "signal SEQ N"; "kill SEQ"
+//	guard → soma-trial: "pid SEQ N" or "error SEQ MESSAGE", then
+//	    "exit SEQ WAITSTATUS", then "done SEQ"
+//
+// SEQ numbers the runs of one guard: a command for a run that has ended
+// (a kill sent as the objective exited) must not reach the next one.
+const guardArg = "__soma-objective-guard-v2"
 
-// guard's descriptors (see guardArg).
-const (
-	guardCommandFD = 5
-	guardStatusFD  = 6
-)
+// guardFD is the guard's socket to soma-trial (see guardArg).
+const guardFD = 3
+
+// guardChunk is the largest packet of a run's JSON: far below the
+// socket's buffer, which bounds a SOCK_SEQPACKET packet (an environment
+// may be larger than that).
+const guardChunk = 32 << 10
+
+// guardRun is what a guard needs to start one objective, besides its
+// descriptors.
+type guardRun struct {
+	Path string   `json:"path"`
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+	Dir  string   `json:"dir,omitempty"`
+}
 
 // LeftoverGrace is how long the processes an objective leaves running
 // when it exits get to end on their own, and then between their SIGTERM
@@ -80,22 +107,30 @@ func GuardMain() {
 	os.Exit(guard(os.Args[2:]))
 }
 
-// guard is the guard's main: args are the leftover grace, the objective's
-// resolved path and its argv.
+// guardMsg is one message the guard got from soma-trial.
+type guardMsg struct {
+	verb string
+	seq  uint64
+	arg  string
+	fds  []int     // "run": the objective's 0-4
+	run  *guardRun // "run"
+	err  error     // "run": the JSON did not arrive whole
+}
+
+// guard is the guard's main: args are the leftover grace.
 func guard(args []string) int {
-	status := os.NewFile(guardStatusFD, "guard-status")
-	if len(args) < 3 {
-		fmt.Fprintf(status, "error guard: want GRACE PATH ARGV..., got %q\n", args)
+	if len(args) != 1 {
+		fmt.Fprintf(os.Stderr, "soma objective guard: want GRACE, got %q\n", args)
 		return 2
 	}
 	grace, err := time.ParseDuration(args[0])
 	if err != nil {
-		fmt.Fprintf(status, "error guard: grace %q: %v\n", args[0], err)
+		fmt.Fprintf(os.Stderr, "soma objective guard: grace %q: %v\n", args[0], err)
 		return 2
 	}
-	path, argv := args[1], args[2:]
-	// Pdeathsig belongs to the thread that forks: keep this one alive for
-	// as long as the guard lives.
+	// Pdeathsig belongs to the thread that forks: every objective is
+	// started from this goroutine, locked to this thread, which lives as
+	// long as the guard.
 	runtime.LockOSThread()
 	sigs := make(chan os.Signal, 16)
 	// Notify, not Ignore: an ignored signal stays ignored across exec,
@@ -106,35 +141,152 @@ func guard(args []string) int {
 		}
 	}()
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		fmt.Fprintf(status, "error guard: prctl(PR_SET_CHILD_SUBREAPER): %v\n", err)
+		fmt.Fprintf(os.Stderr, "soma objective guard: prctl(PR_SET_CHILD_SUBREAPER): %v\n", err)
 		return 2
 	}
-	// The command and status pipes are the guard's alone.
-	unix.CloseOnExec(guardCommandFD)
-	unix.CloseOnExec(guardStatusFD)
-	commands := os.NewFile(guardCommandFD, "guard-commands")
-	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
-		Env:   os.Environ(),
-		Files: []uintptr{0, 1, 2, 3, 4},
+	f := os.NewFile(guardFD, "guard-socket")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "soma objective guard: fd %d: %v\n", guardFD, err)
+		return 2
+	}
+	conn, ok := c.(*net.UnixConn)
+	if !ok {
+		fmt.Fprintf(os.Stderr, "soma objective guard: fd %d is a %T, not a unix socket\n", guardFD, c)
+		return 2
+	}
+	msgs := make(chan guardMsg)
+	go readGuardMsgs(conn, msgs)
+	send := func(format string, a ...any) {
+		_, _ = conn.Write(fmt.Appendf(nil, format, a...))
+	}
+	for {
+		m, ok := <-msgs
+		if !ok {
+			return 0 // soma-trial has gone, and nothing is running
+		}
+		if m.verb != "run" {
+			continue // a command for a run that has ended
+		}
+		if !runGuarded(m, grace, msgs, send) {
+			return 0
+		}
+		send("done %d", m.seq)
+	}
+}
+
+// readGuardMsgs reads soma-trial's messages into msgs until the socket
+// closes (soma-trial has gone), then closes msgs.
+func readGuardMsgs(conn *net.UnixConn, msgs chan<- guardMsg) {
+	defer close(msgs)
+	buf := make([]byte, guardChunk+1)
+	oob := make([]byte, syscall.CmsgSpace(5*4))
+	for {
+		n, oobn, flags, _, err := conn.ReadMsgUnix(buf, oob)
+		if err != nil || n == 0 && oobn == 0 {
+			return
+		}
+		var fds []int
+		if oobn > 0 {
+			fds = unixRights(oob[:oobn])
+		}
+		if flags&(syscall.MSG_TRUNC|syscall.MSG_CTRUNC) != 0 {
+			closeAll(fds)
+			fmt.Fprintf(os.Stderr, "soma objective guard: a message was truncated; giving up\n")
+			return
+		}
+		f := strings.Fields(string(buf[:n]))
+		if len(f) < 2 {
+			closeAll(fds)
+			continue
+		}
+		seq, err := strconv.ParseUint(f[1], 10, 64)
+		if err != nil {
+			closeAll(fds)
+			continue
+		}
+		m := guardMsg{verb: f[0], seq: seq, fds: fds}
+		if len(f) > 2 {
+			m.arg = f[2]
+		}
+		if m.verb == "run" {
+			size, _ := strconv.Atoi(m.arg)
+			var js []byte
+			for len(js) < size {
+				n, _, _, _, err := conn.ReadMsgUnix(buf, nil)
+				if err != nil || n == 0 {
+					closeAll(fds)
+					return
+				}
+				js = append(js, buf[:n]...)
+			}
+			m.run = new(guardRun)
+			if err := json.Unmarshal(js, m.run); err != nil {
+				m.err = fmt.Errorf("the run's description: %w", err)
+			} else if len(fds) != 5 {
+				m.err = fmt.Errorf("got %d descriptors with the run, want 5", len(fds))
+			}
+		} else {
+			closeAll(fds)
+			m.fds = nil
+		}
+		msgs <- m
+	}
+}
+
+// unixRights returns the descriptors passed in oob.
+func unixRights(oob []byte) []int {
+	cms, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for _, cm := range cms {
+		if r, err := syscall.ParseUnixRights(&cm); err == nil {
+			fds = append(fds, r...)
+		}
+	}
+	return fds
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		_ = syscall.Close(fd)
+	}
+}
+
+// runGuarded starts m's objective and waits until nothing of its tree is
+// left. It returns false if soma-trial has gone (the tree was killed).
+func runGuarded(m guardMsg, grace time.Duration, msgs <-chan guardMsg, send func(string, ...any)) bool {
+	if m.err != nil {
+		closeAll(m.fds)
+		send("error %d guard: %v", m.seq, m.err)
+		return true
+	}
+	pid, err := syscall.ForkExec(m.run.Path, m.run.Argv, &syscall.ProcAttr{
+		Dir:   m.run.Dir,
+		Env:   m.run.Env,
+		Files: []uintptr{uintptr(m.fds[0]), uintptr(m.fds[1]), uintptr(m.fds[2]), uintptr(m.fds[3]), uintptr(m.fds[4])},
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	})
-	// The objective holds the report and verdict pipes now: the report
-	// pipe's end of file means that every process of its tree is gone.
-	unix.Close(3)
-	unix.Close(4)
+	// The objective holds its descriptors now: the report pipe's end of
+	// file means that every process of its tree is gone.
+	closeAll(m.fds)
 	if err != nil {
-		fmt.Fprintf(status, "error %s: %v\n", path, err)
-		return 0
+		send("error %d %s: %v", m.seq, m.run.Path, err)
+		return true
 	}
-	fmt.Fprintf(status, "pid %d\n", pid)
+	send("pid %d %d", m.seq, pid)
 
 	type reaped struct {
 		pid int
 		ws  syscall.WaitStatus
 	}
 	// One goroutine reaps every child: the objective and whatever of its
-	// tree is reparented here. (Between its reaping the objective and the
-	// main loop hearing of it, a forwarded signal still goes to the
+	// tree is reparented here, until there is none (ECHILD: the tree is
+	// gone, and nothing can join it). (Between its reaping the objective
+	// and this loop hearing of it, a forwarded signal still goes to the
 	// objective's process group: its id is not reused while any member
 	// lives, and a pid is not recycled within moments.)
 	exits := make(chan reaped)
@@ -145,25 +297,23 @@ func guard(args []string) int {
 			if errors.Is(err, syscall.EINTR) {
 				continue
 			}
-			if err != nil { // ECHILD: nothing left, and nothing can come
+			if err != nil {
 				close(exits)
 				return
 			}
 			exits <- reaped{p, ws}
 		}
 	}()
-	lines := make(chan string)
-	go func() {
-		sc := bufio.NewScanner(commands)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines) // soma-trial has gone
-	}()
 
-	running := true // the objective, not reaped yet
+	alive := true // soma-trial
+	running := true
 	var term, kill <-chan time.Time
 	var sweep *time.Ticker
+	defer func() {
+		if sweep != nil {
+			sweep.Stop()
+		}
+	}()
 	killAll := func() {
 		if running {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
@@ -183,24 +333,29 @@ func guard(args []string) int {
 		select {
 		case e, ok := <-exits:
 			if !ok {
-				return 0
+				return alive
 			}
 			if e.pid == pid {
 				running = false
-				fmt.Fprintf(status, "exit %d\n", int(e.ws))
-				status.Close()
+				if alive {
+					send("exit %d %d", m.seq, int(e.ws))
+				}
 				term = time.After(grace)
 			}
-		case l, ok := <-lines:
+		case c, ok := <-msgs:
 			if !ok {
-				lines = nil
+				msgs = nil
+				alive = false
 				killAll()
 				continue
 			}
-			verb, arg, _ := strings.Cut(l, " ")
-			switch verb {
+			closeAll(c.fds)
+			if c.seq != m.seq {
+				continue
+			}
+			switch c.verb {
 			case "signal":
-				if n, err := strconv.Atoi(arg); err == nil && running {
+				if n, err := strconv.Atoi(c.arg); err == nil && running {
 					_ = syscall.Kill(-pid, syscall.Signal(n))
 				}
 			case "kill":
@@ -270,4 +425,158 @@ func descendants(root int) []int {
 		}
 	}
 	return out
+}
+
+// guardProc is a running guard, seen from soma-trial.
+type guardProc struct {
+	path string
+	cmd  *exec.Cmd
+	conn *net.UnixConn
+	seq  uint64
+	dead chan struct{} // closed when the guard has exited
+	werr error         // its wait error, once dead is closed
+}
+
+// maxIdleGuards bounds the guards kept between runs: as many as a
+// program ran at once, within reason.
+const maxIdleGuards = 256
+
+// guardPool keeps the idle guards, by executable.
+var guardPool struct {
+	mu   sync.Mutex
+	idle map[string][]*guardProc
+}
+
+// takeGuard returns an idle guard for path, or starts one.
+func takeGuard(path string) (*guardProc, error) {
+	guardPool.mu.Lock()
+	if l := guardPool.idle[path]; len(l) > 0 {
+		g := l[len(l)-1]
+		guardPool.idle[path] = l[:len(l)-1]
+		guardPool.mu.Unlock()
+		return g, nil
+	}
+	guardPool.mu.Unlock()
+	return startGuard(path)
+}
+
+// startGuard starts a guard: path re-executed with guardArg.
+func startGuard(path string) (*guardProc, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("objective: socketpair: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "guard"), os.NewFile(uintptr(fds[1]), "guard")
+	defer theirs.Close()
+	c, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		return nil, fmt.Errorf("objective: guard socket: %w", err)
+	}
+	cmd := exec.Command(path, guardArg, LeftoverGrace.String())
+	cmd.Stderr = os.Stderr // only if the guard itself breaks
+	cmd.ExtraFiles = []*os.File{theirs}
+	if err := cmd.Start(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	g := &guardProc{path: path, cmd: cmd, conn: c.(*net.UnixConn), dead: make(chan struct{})}
+	go func() {
+		g.werr = cmd.Wait()
+		close(g.dead)
+	}()
+	return g, nil
+}
+
+// release ends a run on g: back to the pool if the run ended cleanly
+// (its "done" came), else g is closed, which makes it kill what is left
+// and exit.
+func (g *guardProc) release(clean bool) {
+	if clean {
+		guardPool.mu.Lock()
+		if guardPool.idle == nil {
+			guardPool.idle = map[string][]*guardProc{}
+		}
+		if len(guardPool.idle[g.path]) < maxIdleGuards {
+			guardPool.idle[g.path] = append(guardPool.idle[g.path], g)
+			guardPool.mu.Unlock()
+			return
+		}
+		guardPool.mu.Unlock()
+	}
+	g.conn.Close()
+}
+
+// start asks g to run r with fds as its 0-4, and returns the run's
+// number.
+func (g *guardProc) start(r guardRun, fds []int) (uint64, error) {
+	js, err := json.Marshal(r)
+	if err != nil {
+		return 0, err
+	}
+	g.seq++
+	if _, _, err := g.conn.WriteMsgUnix(fmt.Appendf(nil, "run %d %d", g.seq, len(js)), syscall.UnixRights(fds...), nil); err != nil {
+		return 0, err
+	}
+	for len(js) > 0 {
+		n := min(len(js), guardChunk)
+		if _, err := g.conn.Write(js[:n]); err != nil {
+			return 0, err
+		}
+		js = js[n:]
+	}
+	return g.seq, nil
+}
+
+// command sends soma-trial's command verb (with arg) for run seq.
+func (g *guardProc) command(seq uint64, verb, arg string) {
+	msg := fmt.Appendf(nil, "%s %d", verb, seq)
+	if arg != "" {
+		msg = fmt.Appendf(msg, " %s", arg)
+	}
+	_, _ = g.conn.Write(msg)
+}
+
+// guardReply is one message from a guard about run seq.
+type guardReply struct {
+	verb, arg string
+}
+
+// replies reads the guard's messages about run seq into a channel, up to
+// "done"; the channel closes after "done", or when the guard has gone.
+func (g *guardProc) replies(seq uint64) <-chan guardReply {
+	ch := make(chan guardReply, 4)
+	go func() {
+		defer close(ch)
+		buf := make([]byte, 4096)
+		for {
+			n, err := g.conn.Read(buf)
+			if err != nil || n == 0 {
+				return
+			}
+			verb, rest, _ := strings.Cut(string(buf[:n]), " ")
+			s, arg, _ := strings.Cut(rest, " ")
+			if s != strconv.FormatUint(seq, 10) {
+				continue
+			}
+			ch <- guardReply{verb, arg}
+			if verb == "done" {
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+// gone describes the guard's end, after its socket closed.
+func (g *guardProc) gone() error {
+	select {
+	case <-g.dead:
+	case <-time.After(5 * time.Second):
+		return errors.New("its socket closed")
+	}
+	if g.werr == nil {
+		return errors.New("it exited")
+	}
+	return g.werr
 }

@@ -29,7 +29,6 @@
 package objective
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	_ "embed"
@@ -232,61 +231,106 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 		childCtl.Close()
 		return Result{}, errors.New("objective: Options.Guard is empty (set it to this program's executable, /proc/self/exe, and call objective.GuardMain first in main)")
 	}
-	// The guard's command pipe (its fd 5) and status pipe (its fd 6):
-	// see guardArg.
-	cmdR, cmdW, err := os.Pipe()
-	if err != nil {
-		childRep.Close()
-		childCtl.Close()
-		return Result{}, fmt.Errorf("objective: pipe: %w", err)
-	}
-	statR, statW, err := os.Pipe()
-	if err != nil {
-		childRep.Close()
-		childCtl.Close()
-		cmdR.Close()
-		cmdW.Close()
-		return Result{}, fmt.Errorf("objective: pipe: %w", err)
-	}
-	defer statR.Close()
-	defer cmdW.Close() // the guard's end of commands: after it has exited
-
-	cmd := exec.Command(o.Guard, append([]string{guardArg, LeftoverGrace.String(), look.Path}, argv...)...)
-	cmd.Dir = o.Dir
-	cmd.Env = buildEnv(o)
-	cmd.ExtraFiles = []*os.File{childRep, childCtl, cmdR, statW} // fd 3, 4, 5, 6
 	last := &lastLine{}
 	tail := &tailBuffer{max: 4096}
 	// A file for stdout or stderr (soma-trial's logs) is the objective's
 	// own: no pipe, no goroutine copying, no wakeups; the last line and
 	// the stderr tail are read back from the file's end when it exits.
-	var outFile, errFile *os.File
-	var outStart, errStart int64
-	cmd.Stdout, outFile, outStart = direct(o.Stdout, last)
-	cmd.Stderr, errFile, errStart = direct(o.Stderr, tail)
-	// Once the guard exits, what holds a stdout or stderr pipe (a writer
-	// that is not a file) is not waited for either.
-	cmd.WaitDelay = exitDrain
-	if null, err := devNull(); err == nil {
-		cmd.Stdin = null // opened once, not once per trial
-	}
-	err = cmd.Start()
-	childRep.Close()
-	childCtl.Close()
-	cmdR.Close()
-	statW.Close()
-	if err != nil {
-		return Result{}, fmt.Errorf("%w: the guard %s: %v", ErrStart, o.Guard, err)
-	}
-	status := bufio.NewReader(statR)
-	first, _ := status.ReadString('\n')
-	if verb, msg, _ := strings.Cut(strings.TrimSpace(first), " "); verb != "pid" {
-		gerr := cmd.Wait()
-		if verb == "error" {
-			return Result{}, fmt.Errorf("%w: %s", ErrStart, msg)
+	// Another writer gets a pipe and a goroutine copying it.
+	outW, outFile, outStart := direct(o.Stdout, last)
+	errW, errFile, errStart := direct(o.Stderr, tail)
+	var copies sync.WaitGroup
+	var copyFrom []*os.File // the read ends, closed once the run has ended
+	defer func() {
+		for _, r := range copyFrom {
+			r.Close()
 		}
-		return Result{}, fmt.Errorf("%w: the guard %s did not start the objective (%v; a program that runs objectives calls objective.GuardMain first)", ErrStart, o.Guard, gerr)
+	}()
+	fileFor := func(w io.Writer, f *os.File) (*os.File, error) {
+		if f != nil {
+			return f, nil
+		}
+		r, pw, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("objective: pipe: %w", err)
+		}
+		copyFrom = append(copyFrom, r)
+		copies.Go(func() { _, _ = io.Copy(w, r) })
+		return pw, nil
 	}
+	stdout, err := fileFor(outW, outFile)
+	if err != nil {
+		childRep.Close()
+		childCtl.Close()
+		return Result{}, err
+	}
+	stderr, err := fileFor(errW, errFile)
+	if err != nil {
+		childRep.Close()
+		childCtl.Close()
+		return Result{}, err
+	}
+	closeChild := func() {
+		childRep.Close()
+		childCtl.Close()
+		if stdout != outFile {
+			stdout.Close()
+		}
+		if stderr != errFile {
+			stderr.Close()
+		}
+	}
+	stdin, err := devNull() // opened once, not once per trial
+	if err != nil {
+		closeChild()
+		return Result{}, fmt.Errorf("objective: %w", err)
+	}
+	// Fd puts each descriptor in blocking mode, as the objective expects
+	// them (the guard passes on the same open files).
+	fds := []int{int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()), int(childRep.Fd()), int(childCtl.Fd())}
+	gr := guardRun{Path: look.Path, Argv: argv, Env: buildEnv(o), Dir: o.Dir}
+	var g *guardProc
+	var seq uint64
+	var replies <-chan guardReply
+	var first guardReply
+	// An idle guard may have died since its last run (killed by hand):
+	// one more try, with a new one.
+	for try := 0; ; try++ {
+		if try == 0 {
+			g, err = takeGuard(o.Guard)
+		} else {
+			g, err = startGuard(o.Guard)
+		}
+		if err != nil {
+			closeChild()
+			return Result{}, fmt.Errorf("%w: the guard %s: %v", ErrStart, o.Guard, err)
+		}
+		seq, err = g.start(gr, fds)
+		if err == nil {
+			replies = g.replies(seq)
+			var ok bool
+			if first, ok = <-replies; ok {
+				break
+			}
+		}
+		g.release(false)
+		if try == 1 {
+			closeChild()
+			return Result{}, fmt.Errorf("%w: the guard %s did not start the objective (%v; a program that runs objectives calls objective.GuardMain first)", ErrStart, o.Guard, g.gone())
+		}
+	}
+	closeChild()
+	if first.verb != "pid" {
+		for range replies { // up to its "done": the socket is the next run's
+		}
+		g.release(true)
+		if first.verb == "error" {
+			return Result{}, fmt.Errorf("%w: %s", ErrStart, first.arg)
+		}
+		return Result{}, fmt.Errorf("%w: the guard %s said %q", ErrStart, o.Guard, first.verb)
+	}
+	clean := false
+	defer func() { g.release(clean) }()
 
 	res := Result{Argv: argv, ExitCode: -1}
 	var mu sync.Mutex // guards res.Curve, final, protoErr
@@ -349,17 +393,28 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	}()
 	go func() {
 		defer close(guardDone)
-		line, _ := status.ReadString('\n')
-		e, ok := parseExit(line)
-		if ok {
-			exited <- e
-		}
-		gerr := cmd.Wait()
-		if !ok {
-			if gerr == nil || errors.Is(gerr, exec.ErrWaitDelay) {
-				gerr = errors.New("it exited")
+		gotExit := false
+		for r := range replies {
+			switch r.verb {
+			case "exit":
+				if e, ok := parseExit(r.arg); ok && !gotExit {
+					gotExit = true
+					exited <- e
+				}
+			case "done":
+				clean = gotExit
 			}
-			exited <- exit{err: fmt.Errorf("the objective's guard process ended without its status (%v); the objective was killed with it", gerr)}
+		}
+		if !gotExit {
+			exited <- exit{err: fmt.Errorf("the objective's guard process ended without its status (%v); the objective was killed with it", g.gone())}
+		}
+		// What holds a stdout or stderr pipe now is outside the guard's
+		// reach: it is not waited for beyond exitDrain.
+		copied := make(chan struct{})
+		go func() { copies.Wait(); close(copied) }()
+		select {
+		case <-copied:
+		case <-time.After(exitDrain):
 		}
 		draining.Store(true)
 		_ = repR.SetReadDeadline(time.Now().Add(exitDrain))
@@ -378,10 +433,10 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	// is left to signal.)
 	signal := func(sig syscall.Signal) {
 		if sig == syscall.SIGKILL {
-			_, _ = cmdW.WriteString("kill\n")
+			g.command(seq, "kill", "")
 			return
 		}
-		_, _ = fmt.Fprintf(cmdW, "signal %d\n", int(sig))
+		g.command(seq, "signal", strconv.Itoa(int(sig)))
 	}
 	var why Outcome
 	var reason string
@@ -510,13 +565,9 @@ type exit struct {
 	err error
 }
 
-// parseExit reads the guard's "exit <wait status>" line.
-func parseExit(line string) (exit, bool) {
-	t, ok := strings.CutPrefix(strings.TrimSpace(line), "exit ")
-	if !ok {
-		return exit{}, false
-	}
-	n, err := strconv.ParseUint(t, 10, 32)
+// parseExit reads the wait status of the guard's "exit" message.
+func parseExit(t string) (exit, bool) {
+	n, err := strconv.ParseUint(strings.TrimSpace(t), 10, 32)
 	if err != nil {
 		return exit{}, false
 	}
