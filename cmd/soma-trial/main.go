@@ -32,8 +32,9 @@ const (
 )
 
 func main() {
-	// soma-trial re-executes itself as each objective's guard (the
-	// process that ends the objective's whole tree with its attempt).
+	// soma-trial re-executes itself as the objectives' guards (one per
+	// concurrent objective, kept: the process that ends an objective's
+	// whole tree with its attempt).
 	objective.GuardMain()
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }
@@ -65,8 +66,9 @@ does none of this just prints its score as the last line of stdout.
 A non-zero exit, no score, or NaN fails the trial (stderr's tail is kept).
 
 THE OBJECTIVE'S PROCESSES end with its attempt. It runs in its own
-process group under a small guard (soma-trial itself, re-executed) that
-adopts every process of its tree, setsid or not. When the objective
+process group under a small guard (soma-trial itself, re-executed once
+per --parallel slot and kept) that adopts every process of its tree,
+setsid or not. When the objective
 exits, whatever it left running gets 2 s to end on its own, then SIGTERM,
 then SIGKILL 2 s later. On prune (verdict, then after --kill-grace
 SIGTERM, then SIGKILL), --timeout and signals, its process group gets
