@@ -129,7 +129,12 @@ func TestJobOnSlurm(t *testing.T) {
 		env = append(env, "SOMA_WORKER_SRUN=--ntasks-per-node=2")
 	}
 	args = append(args, "--export=ALL,"+strings.Join(env, ","))
-	id, err := c.Submit(ctx, filepath.Join(dir, "job.sh"), args...)
+	// Its own deadline: the ping's ran on through build(t), which takes
+	// tens of seconds on a loaded 2-core machine (the submission failed
+	// with "context deadline exceeded" before sbatch had a chance).
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer scancel()
+	id, err := c.Submit(sctx, filepath.Join(dir, "job.sh"), args...)
 	if err != nil {
 		t.Fatalf("sbatch job.sh: %v", err)
 	}
