@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -27,10 +28,20 @@ A worker registers by being started with soma-worker --root ROOT (and
 leaves the list on SIGINT/SIGTERM); soma run ROOT plan.toml places plans
 on the live ones.
 
+PRUNING: a worker killed without its clean shutdown (scancel's SIGKILL,
+a lost node) leaves its record, and a worker started with a random port
+registers under a new id each time, so dead workers pile up. --prune
+removes the records of workers silent for longer than --older-than
+(default 1h; at least --timeout), and the leases and lease markers of
+workers with no record left that nobody touched for as long. It is safe
+while workers and placers run: a worker that was only paused binds its
+record again at its next heartbeat. --dry-run lists what would go.
+
 EXAMPLES:
    soma workers /scratch/$USER/soma
    soma workers ROOT --watch --interval 2s
    soma workers ROOT --json | jq '.workers[] | select(.alive) | .address'
+   soma workers ROOT --prune --older-than 24h --dry-run
 
 JSON (--json): {"server_time", "timeout_s", "workers": [{"id", "address",
 "alive", "last_heartbeat", "age_s", "slots", "leases", "load", "gpus_used",
@@ -38,19 +49,24 @@ JSON (--json): {"server_time", "timeout_s", "workers": [{"id", "address",
 "memory_bytes"}], "active_plans", "soma_version", "host", "pid",
 "slurm_job"?, "slurm_node"?}], "problems": [{"name", "reason"}]} — the
 coordinator's GET /workers answers the same. With --watch, one document
-per line at each refresh.`
+per line at each refresh. With --prune: {"server_time", "older_than_s",
+"dry_run", "workers": [{"id", "last_heartbeat", "age_s"}], "leases":
+[names], "kept"}.`
 
 func newWorkersCommand() *cli.Command {
 	return &cli.Command{
 		Name:        "workers",
 		Usage:       "the soma-workers registered in a folder, alive or not",
-		UsageText:   "soma workers ROOT [--json] [--watch [--interval D]] [--timeout D]",
+		UsageText:   "soma workers ROOT [--json] [--watch [--interval D]] [--timeout D]\n   soma workers ROOT --prune [--older-than D] [--dry-run] [--json]",
 		Description: workersDescription,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "write JSON for scripts (shape below)"},
 			&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "refresh every --interval, until Ctrl-C"},
 			&cli.DurationFlag{Name: "interval", Value: 2 * time.Second, Usage: "with --watch: the refresh period"},
 			&cli.DurationFlag{Name: "timeout", Value: worker.DefaultHeartbeatTimeout, Usage: "a worker silent this long is dead (give the workers' --timeout if they were started with one)"},
+			&cli.BoolFlag{Name: "prune", Usage: "remove dead workers' records and abandoned leases (see PRUNING)"},
+			&cli.DurationFlag{Name: "older-than", Value: worker.DefaultPruneAge, Usage: "with --prune: remove what has been silent this long"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "with --prune: list what would be removed, remove nothing"},
 		},
 		Action: workersAction,
 	}
@@ -67,9 +83,20 @@ func workersAction(c *cli.Context) error {
 	if c.Duration("interval") <= 0 || c.Duration("timeout") <= 0 {
 		return usagef("--interval %s, --timeout %s: want positive durations such as 2s", c.Duration("interval"), c.Duration("timeout"))
 	}
+	for _, f := range []string{"older-than", "dry-run"} {
+		if c.IsSet(f) && !c.Bool("prune") {
+			return usagef("--%s goes with --prune", f)
+		}
+	}
+	if c.Bool("prune") && c.Bool("watch") {
+		return usagef("--prune and --watch do not go together")
+	}
 	s, err := status.Open(root)
 	if err != nil {
 		return err
+	}
+	if c.Bool("prune") {
+		return pruneWorkers(c, s)
 	}
 	opts := worker.ListOptions{Timeout: c.Duration("timeout")}
 	render := func(ctx context.Context, out io.Writer) error {
@@ -203,4 +230,38 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// pruneWorkers is soma workers --prune.
+func pruneWorkers(c *cli.Context, s *status.Store) error {
+	rep, err := worker.PruneWorkers(c.Context, s.FS(), worker.PruneOptions{
+		OlderThan: c.Duration("older-than"),
+		Timeout:   c.Duration("timeout"),
+		DryRun:    c.Bool("dry-run"),
+	})
+	if errors.Is(err, worker.ErrPruneAge) {
+		return usagef("--older-than %s is shorter than --timeout %s: a live worker could be removed", c.Duration("older-than"), c.Duration("timeout"))
+	}
+	if err != nil {
+		return err
+	}
+	out := c.App.Writer
+	if c.Bool("json") {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	verb := "removed"
+	if rep.DryRun {
+		verb = "would remove"
+	}
+	for _, w := range rep.Workers {
+		fmt.Fprintf(out, "%s worker %s (silent %s)\n", verb, w.ID, ageText(w.AgeSeconds))
+	}
+	for _, l := range rep.Leases {
+		fmt.Fprintf(out, "%s lease %s\n", verb, l)
+	}
+	fmt.Fprintf(out, "%s %d dead workers and %d leases silent for over %s; %d workers kept\n",
+		verb, len(rep.Workers), len(rep.Leases), c.Duration("older-than"), rep.Kept)
+	return nil
 }

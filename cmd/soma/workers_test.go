@@ -140,3 +140,46 @@ func TestWorkersWatch(t *testing.T) {
 		}
 	}
 }
+
+// soma workers --prune removes the dead worker (node3) and keeps the
+// live ones; --dry-run removes nothing.
+func TestWorkersPrune(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	root, live := workersRoot(t, timeout)
+	for _, g := range live {
+		if _, err := g.Heartbeat(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, _, errOut := soma("workers", root, "--prune", "--older-than", "100ms", "--timeout", timeout.String()); code != exitUsage || !strings.Contains(errOut, "--older-than") {
+		t.Errorf("--older-than below --timeout: %d %q, want a usage error naming it", code, errOut)
+	}
+	if code, _, errOut := soma("workers", root, "--dry-run"); code != exitUsage || !strings.Contains(errOut, "--prune") {
+		t.Errorf("--dry-run without --prune: %d %q", code, errOut)
+	}
+	code, out, errOut := soma("workers", root, "--prune", "--older-than", timeout.String(), "--timeout", timeout.String(), "--dry-run")
+	if code != exitOK || !strings.Contains(out, "would remove worker node3") || !strings.Contains(out, "would remove 1 dead workers") {
+		t.Fatalf("--prune --dry-run: %d %q %s", code, out, errOut)
+	}
+	code, out, errOut = soma("workers", root, "--prune", "--older-than", timeout.String(), "--timeout", timeout.String(), "--json")
+	if code != exitOK {
+		t.Fatalf("--prune --json: %d %s", code, errOut)
+	}
+	var rep worker.PruneReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Workers) != 1 || rep.Workers[0].ID != "node3" || rep.Kept != 2 {
+		t.Fatalf("--prune --json = %+v (%v)\n%s", rep, err, out)
+	}
+	code, out, _ = soma("workers", root, "--json", "--timeout", time.Hour.String())
+	var after worker.WorkersReport
+	if err := json.Unmarshal([]byte(out), &after); code != exitOK || err != nil {
+		t.Fatalf("soma workers after pruning: %d %v", code, err)
+	}
+	for _, w := range after.Workers {
+		if w.ID.String() == "node3" {
+			t.Errorf("node3 is still listed after pruning")
+		}
+	}
+	if len(after.Workers) != 2 {
+		t.Errorf("%d workers after pruning, want node12 and node7", len(after.Workers))
+	}
+}
