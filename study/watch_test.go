@@ -138,3 +138,40 @@ func TestWatchingCost(t *testing.T) {
 		t.Errorf("%d listings after the first look, want 0", c.Lists.Load())
 	}
 }
+
+// Issue 19. Bug: a Next after a wait longer than relistAfter (a waiting
+// soma-trial's) found its quick look too old, so that look listed the
+// trial folder and read the running trials, and then Next looked a
+// second time: two listings and reads for every look at the end of a
+// study.
+func TestNextAfterAWaitLooksOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := fsstore.NewCounter(recStore(t))
+	spec := recSpec(t, recContinuous, "minimize", "random", "none", 2)
+	holder := recOpen(t, c.S, "s", spec, time.Hour)
+	for range 2 {
+		if _, err := holder.Next(ctx, recWho); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := recOpen(t, c, "s", nil, time.Hour)
+	if _, err := s.Next(ctx, recWho); !errors.Is(err, ErrNoWork) {
+		t.Fatalf("Next = %v, want ErrNoWork", err)
+	}
+	s.mu.Lock()
+	s.listedAt = s.listedAt.Add(-time.Hour) // as after a long wait
+	s.mu.Unlock()
+	c.Reset()
+	if _, err := s.Next(ctx, recWho); !errors.Is(err, ErrNoWork) {
+		t.Fatalf("Next = %v, want ErrNoWork", err)
+	}
+	// One look: the packs and the trial folder listed, each running
+	// trial's next attempt probed and its record read.
+	if got := c.Lists.Load(); got != 2 {
+		t.Errorf("a Next after a wait listed %d times, want 2 (the packs and the trials, once)", got)
+	}
+	if got := c.Resolves.Load(); got != 2 {
+		t.Errorf("a Next after a wait read %d records, want 2 (the running trials, once)", got)
+	}
+}
