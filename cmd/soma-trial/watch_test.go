@@ -62,7 +62,7 @@ func TestEndOfStudyOneWatcher(t *testing.T) {
 	if err := os.Mkdir(marks, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	const lease = 3 * time.Second
+	const lease = 4 * time.Second
 	// Long trials: each runs until the test creates the gate file.
 	obj := `echo $$ > "$MARKS/$SOMA_TRIAL.$SOMA_ATTEMPT.start"; while [ ! -e "$GATE" ]; do sleep 0.05; done; echo 1`
 	var runs []*endRun

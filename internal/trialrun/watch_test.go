@@ -78,7 +78,9 @@ func TestOneWaiterLooksAtTheLeasesPace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := Options{Argv: []string{"/bin/echo", "1"}, Trial: -1, Who: study.Who{Host: "h", PID: os.Getpid()}, Guard: self}
+	// Three workers: only one of them waits (the others end), or the
+	// bound below would be three times over.
+	o := Options{Argv: []string{"/bin/echo", "1"}, Trial: -1, Parallel: 3, Who: study.Who{Host: "h", PID: os.Getpid()}, Guard: self}
 	count.Reset()
 	start := time.Now()
 	type result struct {
@@ -126,8 +128,8 @@ func TestOneWaiterLooksAtTheLeasesPace(t *testing.T) {
 	// 10 ms: ceil(log2(interval/10ms)) looks more), each a listing of
 	// the trial folder and, per running trial, two stats and a read, plus
 	// a server-time probe; the role's refresh (a write and a stat) every
-	// interval; and a fixed part: the study's packs listed, the role
-	// taken and released, the last look and the end's checks.
+	// interval; and a fixed part: the other workers' first looks, the
+	// role taken and released, the last look and the end's checks.
 	iv := st.HeartbeatInterval()
 	looks := elapsed.Seconds()/iv.Seconds() + math.Ceil(math.Log2(float64(iv/(10*time.Millisecond)))) + 2
 	perLook := 2 + 3*float64(st.Limit()) + 1
