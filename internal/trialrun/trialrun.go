@@ -273,9 +273,12 @@ func (l *loop) worker(ctx context.Context, w int) (string, error) {
 		return err
 	}
 	var next chan claimed // the next attempt, claimed while this one runs
-	take := func() claimed {
+	// take returns the next claim: the prefetched one, or a new one,
+	// which may wait (or watch) only when nothing of this worker's is
+	// still being recorded (mayWait).
+	take := func(mayWait bool) claimed {
 		if next == nil {
-			return l.claim(ctx, &cs, false)
+			return l.claim(ctx, &cs, mayWait)
 		}
 		c := <-next
 		next = nil
@@ -313,10 +316,10 @@ func (l *loop) worker(ctx context.Context, w int) (string, error) {
 		case pipeline && !l.crowded():
 			recording = make(chan error, 1)
 			go func() { recording <- record() }()
-			c = take()
+			c = take(false)
 		default:
 			if err = record(); err == nil {
-				c = take()
+				c = take(true)
 			} else {
 				c = claimed{reason: "error"}
 			}
@@ -324,7 +327,7 @@ func (l *loop) worker(ctx context.Context, w int) (string, error) {
 		if next != nil {
 			// Not taken (an error): the claim made meanwhile is given
 			// back below like any other that is not to be run.
-			c = take()
+			c = take(false)
 		}
 		if err == nil && c.run == nil && c.reason == "no-work" {
 			// The claim was made without waiting (take), maybe before
