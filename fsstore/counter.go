@@ -13,6 +13,8 @@ type Counter struct {
 	S *Store
 
 	Scans, Lists, Resolves, Stats, BlobGets, Puts, Claims, Binds, Touches atomic.Int64
+	// Nows counts server-time probes (a temp file written and removed).
+	Nows atomic.Int64
 }
 
 // NewCounter wraps s.
@@ -20,7 +22,7 @@ func NewCounter(s *Store) *Counter { return &Counter{S: s} }
 
 // Reset sets every count to zero.
 func (c *Counter) Reset() {
-	for _, n := range []*atomic.Int64{&c.Scans, &c.Lists, &c.Resolves, &c.Stats, &c.BlobGets, &c.Puts, &c.Claims, &c.Binds, &c.Touches} {
+	for _, n := range []*atomic.Int64{&c.Scans, &c.Lists, &c.Resolves, &c.Stats, &c.BlobGets, &c.Puts, &c.Claims, &c.Binds, &c.Touches, &c.Nows} {
 		n.Store(0)
 	}
 }
@@ -104,4 +106,16 @@ func (c *Counter) Touch(ctx context.Context, name string) (time.Time, error) {
 	return c.S.Touch(ctx, name)
 }
 
-func (c *Counter) Now(ctx context.Context) (time.Time, error) { return c.S.Now(ctx) }
+func (c *Counter) Now(ctx context.Context) (time.Time, error) {
+	c.Nows.Add(1)
+	return c.S.Now(ctx)
+}
+
+// Total is the sum of every count.
+func (c *Counter) Total() int64 {
+	var t int64
+	for _, n := range []*atomic.Int64{&c.Scans, &c.Lists, &c.Resolves, &c.Stats, &c.BlobGets, &c.Puts, &c.Claims, &c.Binds, &c.Touches, &c.Nows} {
+		t += n.Load()
+	}
+	return t
+}

@@ -30,6 +30,7 @@
 //	study/<study>/trial/<n>/<attempt>   one record per attempt, rewritten as it goes
 //	study/<study>/point/<digest>        a discrete space's point, claimed by the trial evaluating it
 //	study/<study>/pack/<id>             ended trials' final records, packed (Study.Pack)
+//	study/<study>/watch/<n>             the watcher role, leased like an attempt (Study.Watch)
 //
 // An attempt record's meta holds its state, point text, score, direction,
 // last step and value, heartbeat counter, failure count, who ran it (host,
@@ -48,6 +49,13 @@
 // Heartbeat, Report or Finish (ErrSuperseded) and what it writes changes
 // nothing. Interrupted attempts are always retried, failed ones up to the
 // spec's MaxRetries.
+//
+// The watcher role: at the end of a study, one process keeps watch to
+// retry the last trials if they go stale, so that every other runner
+// with nothing to claim can leave (Study.Watch). The role is leased like
+// an attempt: its holder claims watch/<n> by link(2) and rewrites it
+// every HeartbeatInterval; once it is released or stale, the next
+// process that looks claims watch/<n+1> (exactly one wins).
 //
 // A Study is safe for concurrent use; the store makes it safe across
 // processes and machines. Records that cannot be read are reported in a

@@ -174,6 +174,11 @@ type Study struct {
 	listTook    time.Duration
 	learned     map[int]bool
 
+	// The highest watch record number seen (-1: none), and whether the
+	// watch folder was listed once (Watching).
+	watchHigh   int
+	watchListed bool
+
 	// Problems met by looks and not yet returned by Problems, and the
 	// messages of all those met, so that each is returned once.
 	problems []error
@@ -352,6 +357,7 @@ func newStudy(store Store, name string, spec *Spec, opts Options) (*Study, error
 		curves:  make(map[fsstore.Digest]curveBlob),
 		packs:   packCache{loaded: make(map[string]packInfo), covered: make(map[int]bool), foreign: make(map[string][]error)},
 	}
+	s.watchHigh = -1
 	if size, finite := spec.Space.Size(); finite {
 		s.dedup = true
 		s.limit = min(s.limit, size)

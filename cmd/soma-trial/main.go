@@ -25,7 +25,7 @@ import (
 
 // Exit statuses (documented in --help and the README).
 const (
-	exitOK          = 0 // the budget is reached, or the asked share is done
+	exitOK          = 0 // the budget is reached, the asked share is done, or nothing is claimable and another process keeps watch
 	exitError       = 1 // an error: the store, the spec, an objective that cannot start
 	exitUsage       = 2 // bad flags or spec
 	exitInterrupted = 3 // a signal stopped it; the running attempts will be retried
@@ -76,7 +76,17 @@ the signals, and what is left once it has exited ends as above. If
 soma-trial dies, even by SIGKILL, the guard kills the whole tree at once,
 so a retry of the trial never runs beside a survivor.
 
-EXIT STATUS: 0 budget reached or share done; 1 error; 2 bad usage;
+THE END OF A STUDY: when every remaining trial runs elsewhere, one
+process of the study keeps watch: it waits for them, to retry any that go
+stale (no heartbeat for --lease), looking at the study every --lease/5 at
+most, and exits once the budget is reached. The first process to find
+nothing to claim takes the role; every other one exits at once, with
+status 0, freeing its allocation. If the watcher dies, the next process
+that finds nothing to claim after its lease has passed takes over.
+--no-wait: exit, never wait nor watch.
+
+EXIT STATUS: 0 budget reached, share done, or nothing claimable (another
+process keeps watch, or --no-wait); 1 error; 2 bad usage;
 3 interrupted by a signal (SIGTERM, SIGINT, SIGUSR1 — Slurm's pre-timeout
 warning): the running attempts are recorded interrupted and retried by
 whoever comes next.`
@@ -126,7 +136,7 @@ EXAMPLES:
 			&cli.DurationFlag{Name: "timeout", Usage: "fail a trial that runs longer than this (0: no limit)"},
 			&cli.DurationFlag{Name: "kill-grace", Value: 10 * time.Second, Usage: "time between prune verdict, SIGTERM and SIGKILL"},
 			&cli.DurationFlag{Name: "lease", Value: study.DefaultGrace, Usage: "a running trial with no heartbeat for this long is stale and retried (all processes of a study should agree)"},
-			&cli.BoolFlag{Name: "no-wait", Usage: "exit when every remaining trial runs elsewhere, instead of waiting to retry the ones that go stale"},
+			&cli.BoolFlag{Name: "no-wait", Usage: "exit when every remaining trial runs elsewhere, and never keep watch to retry the ones that go stale (see THE END OF A STUDY)"},
 			&cli.BoolFlag{Name: "requeue-on-usr1", Usage: "in a Slurm job: when SIGUSR1 (the pre-timeout warning) interrupts it, ask Slurm to requeue this job (scontrol requeue), so the task starts again and retries the interrupted trial (soma slurm submit sets it)"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log trial starts and every report"},
 		},
@@ -228,6 +238,8 @@ func stopReason(s string) string {
 		return "ran --max-trials"
 	case "no-work":
 		return "nothing claimable now (--no-wait)"
+	case "watched":
+		return "nothing claimable now; another process keeps watch"
 	case "space-exhausted":
 		return "every point of the discrete space is taken"
 	}

@@ -81,11 +81,11 @@ type GCResult struct {
 
 // leafKind reports whether records of kind (meta "kind") point at blobs
 // known to mention no other blob: a trial's curve, a study's spec, a
-// point claim. Any other blob bound to a name is read and every digest in
-// it kept.
+// point claim, a study's watcher role (the empty curve). Any other blob
+// bound to a name is read and every digest in it kept.
 func leafKind(kind string) bool {
 	switch kind {
-	case "trial", "study", "point":
+	case "trial", "study", "point", "watch":
 		return true
 	}
 	return false

@@ -40,7 +40,8 @@ type Options struct {
 	// SIGTERM and SIGKILL (0: 10 s).
 	Timeout, KillGrace time.Duration
 	// NoWait: when nothing is claimable but trials run elsewhere, exit
-	// instead of waiting for them to end or go stale.
+	// instead of waiting for them to end or go stale, and never take the
+	// study's watcher role (see Run).
 	NoWait bool
 	Who    study.Who
 	// Log gets one line per trial; Verbose adds starts and reports.
@@ -64,7 +65,7 @@ type Options struct {
 type Summary struct {
 	Ran         int            `json:"ran"`
 	States      map[string]int `json:"states"`
-	Stopped     string         `json:"stopped"` // budget, trial, max-trials, no-work, interrupted, space-exhausted
+	Stopped     string         `json:"stopped"` // budget, trial, max-trials, no-work, watched, interrupted, space-exhausted
 	Interrupted bool           `json:"interrupted"`
 	// Signal is the signal that interrupted the loop, if one did.
 	Signal syscall.Signal `json:"-"`
@@ -103,6 +104,15 @@ type loop struct {
 	registry   string   // registryDir
 	registered []string // this process's registry entries, removed at the end
 
+	// The study's watcher role, once this process holds it (keepWatch),
+	// and its refresh timer; waiter: a worker of this process waits for
+	// the trials running elsewhere (at most one does).
+	watchMu    sync.Mutex
+	watch      *study.Watcher
+	watchTimer *time.Timer
+	watchLost  bool // a refresh found the role taken over
+	waiter     bool // guarded by mu
+
 	// The study's logs/<study> and work/<study> folders, opened once
 	// without following links (fsstore.Beneath): an objective's output
 	// and working folder never land outside the root through a link
@@ -114,6 +124,23 @@ type loop struct {
 // to claim, Options.Trial or MaxTrials is done, or a signal arrives on
 // sig (which is forwarded to the running objectives; their attempts are
 // recorded interrupted and Run returns ErrInterrupted).
+//
+// The end of a study (issue 19): when nothing is claimable but trials
+// still run elsewhere, at most one process of the study waits for them,
+// to retry those that go stale: the one that holds the study's watcher
+// role (study.Study.Watch), taken by the first process that finds
+// nothing to claim and kept, refreshed like a trial's lease, until the
+// budget is reached or the process stops. Every other process with
+// nothing to claim stops at once (Summary.Stopped "watched"), freeing
+// its allocation; with NoWait a process never waits nor watches
+// ("no-work"). Within a process, only its last worker with nothing to
+// claim waits (the others end), so a watcher retries stale trials one
+// at a time. The waiting worker looks at the study (study.Study.Next:
+// one listing of the trial folder and a read of each running trial)
+// after 10 ms, then twice as long each time up to the heartbeat
+// interval (a fifth of the lease): a stale trial cannot be seen sooner
+// than the lease allows, so looking more often buys nothing but
+// file-server load.
 func Run(ctx context.Context, st *study.Study, root string, o Options, sig <-chan os.Signal) (Summary, error) {
 	if o.Parallel < 1 {
 		o.Parallel = 1
@@ -157,11 +184,18 @@ func Run(ctx context.Context, st *study.Study, root string, o Options, sig <-cha
 		wg.Go(func() { reasons[w], errs[w] = l.worker(ctx, w) })
 	}
 	wg.Wait()
+	l.leaveWatch(ctx)
 	if l.stopped.Load() {
 		l.sum.Stopped, l.sum.Interrupted, l.sum.Signal = "interrupted", true, l.signal
 		return l.sum, fmt.Errorf("%w by %s", ErrInterrupted, l.signal)
 	}
 	l.sum.Stopped = reasons[0]
+	for _, r := range reasons {
+		if r != "sibling" { // ended because another worker of this process waits or runs
+			l.sum.Stopped = r
+			break
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return l.sum, err
 	}
@@ -239,16 +273,19 @@ func (l *loop) worker(ctx context.Context, w int) (string, error) {
 		return err
 	}
 	var next chan claimed // the next attempt, claimed while this one runs
-	take := func() claimed {
+	// take returns the next claim: the prefetched one, or a new one,
+	// which may wait (or watch) only when nothing of this worker's is
+	// still being recorded (mayWait).
+	take := func(mayWait bool) claimed {
 		if next == nil {
-			return l.claim(ctx, &cs)
+			return l.claim(ctx, &cs, mayWait)
 		}
 		c := <-next
 		next = nil
 		c.held.stop()
 		return c
 	}
-	c := l.claim(ctx, &cs)
+	c := l.claim(ctx, &cs, true)
 	var lastRun time.Duration
 	below := l.o.prefetchBelow
 	if below == 0 {
@@ -279,10 +316,10 @@ func (l *loop) worker(ctx context.Context, w int) (string, error) {
 		case pipeline && !l.crowded():
 			recording = make(chan error, 1)
 			go func() { recording <- record() }()
-			c = take()
+			c = take(false)
 		default:
 			if err = record(); err == nil {
-				c = take()
+				c = take(true)
 			} else {
 				c = claimed{reason: "error"}
 			}
@@ -290,19 +327,20 @@ func (l *loop) worker(ctx context.Context, w int) (string, error) {
 		if next != nil {
 			// Not taken (an error): the claim made meanwhile is given
 			// back below like any other that is not to be run.
-			c = take()
+			c = take(false)
 		}
 		if err == nil && c.run == nil && c.reason == "no-work" {
-			// --no-wait, and the claim was made before this attempt's
-			// record was written (prefetched while it ran, or beside
-			// its record): it counted this process's own last trial as
-			// running elsewhere. Ask again once that is recorded. (Bug:
-			// a runner that ended the budget's last trial stopped with
-			// "nothing claimable now" instead of "the budget is
-			// reached"; one that had just retried a damaged record did
-			// so too.)
+			// The claim was made without waiting (take), maybe before
+			// this attempt's record was written (prefetched while it
+			// ran, or beside its record): it counted this process's own
+			// last trial as running elsewhere. Ask again once that is
+			// recorded, and wait (or watch) now if nothing is claimable.
+			// (Bug: a --no-wait runner that ended the budget's last
+			// trial stopped with "nothing claimable now" instead of "the
+			// budget is reached"; one that had just retried a damaged
+			// record did so too.)
 			if err = wait(); err == nil {
-				c = l.claim(ctx, &cs)
+				c = l.claim(ctx, &cs, true)
 			}
 		}
 		if c.run != nil && (err != nil || l.stopped.Load()) {
@@ -352,7 +390,7 @@ const prefetchBelow = 250 * time.Millisecond
 // that waits longer than expected for the objective before it never goes
 // stale.
 func (l *loop) claimHeld(ctx context.Context, cs *claimState) claimed {
-	c := l.claim(ctx, cs)
+	c := l.claim(ctx, cs, false)
 	if c.run == nil {
 		return c
 	}
@@ -394,20 +432,29 @@ func (h *heldBeat) stop() {
 // claimed is what claim got: a run, or why there is none.
 type claimed struct {
 	run    *study.Run
-	reason string // budget, trial, max-trials, no-work, interrupted, space-exhausted, error
+	reason string // budget, trial, max-trials, no-work, watched, sibling, interrupted, space-exhausted, error
 	err    error
 	held   *heldBeat // a prefetched claim's heartbeat, until it is taken
 }
 
 // claimState is a worker's waiting state between claims.
 type claimState struct {
-	waiting bool
+	waiting bool // this worker is its process's waiter (loop.waiter)
 	backoff time.Duration
 }
 
-// claim claims the worker's next trial, waiting while every remaining
-// trial runs elsewhere (unless NoWait).
-func (l *loop) claim(ctx context.Context, cs *claimState) claimed {
+// claim claims the worker's next trial. When every remaining trial runs
+// elsewhere it returns "no-work" if NoWait or !mayWait (the caller asks
+// again with mayWait once its own last attempt is recorded); else it
+// waits for them to end or go stale if this worker is its process's
+// last and the process holds the study's watcher role (see Run), and
+// returns "sibling" or "watched" if not.
+func (l *loop) claim(ctx context.Context, cs *claimState, mayWait bool) (c claimed) {
+	defer func() {
+		if c.run != nil || c.reason != "" {
+			l.stopWaiting(cs)
+		}
+	}()
 	for {
 		if cs.backoff == 0 {
 			cs.backoff = 10 * time.Millisecond
@@ -439,18 +486,35 @@ func (l *loop) claim(ctx context.Context, cs *claimState) claimed {
 			l.logf("soma-trial: %v", err)
 			return claimed{reason: "trial"}
 		case errors.Is(err, study.ErrNoWork):
-			if l.o.NoWait {
+			if l.o.NoWait || !mayWait {
 				return claimed{reason: "no-work"}
 			}
-			if !cs.waiting && l.active.Load() == 0 {
-				l.logf("soma-trial: every remaining trial is running elsewhere; waiting for them to end or go stale (--no-wait to exit now)")
+			first := !cs.waiting
+			if !l.startWaiting(cs) {
+				return claimed{reason: "sibling"}
 			}
-			cs.waiting = true
+			watched, err := l.keepWatch(ctx)
+			if err != nil {
+				return claimed{reason: "error", err: err}
+			}
+			if watched != nil {
+				l.logf("soma-trial: every remaining trial is running elsewhere, and %s; stopping to free this allocation", strings.TrimPrefix(watched.Error(), "study "+l.st.Name()+": "))
+				return claimed{reason: "watched"}
+			}
+			iv := l.st.HeartbeatInterval()
+			if first {
+				l.logf("soma-trial: every remaining trial is running elsewhere; this process keeps watch, to retry any that go stale (it looks every %s at most; --no-wait to exit now)", iv)
+			}
 			// Back off from 10 ms: near the end of a budget the other
 			// processes' last trials end within moments, and a fixed 2 s
 			// sleep kept every process but one idle (measured at P=8:
-			// 7.1 s instead of 5.3 s for 1000 trials).
-			if !l.sleep(ctx, min(cs.backoff, l.st.HeartbeatInterval(), 2*time.Second)) {
+			// 7.1 s instead of 5.3 s for 1000 trials). Up to the
+			// heartbeat interval, a fifth of the lease: a trial whose
+			// runner died is seen stale only once the lease has passed
+			// since its last beat. (Bug, issue 19: every waiting process
+			// looked every 2 s whatever the lease, ~18 file-server
+			// operations a second each on a FUSE mount.)
+			if !l.sleep(ctx, min(cs.backoff, iv)) {
 				return claimed{reason: "interrupted"}
 			}
 			cs.backoff *= 2
@@ -458,9 +522,97 @@ func (l *loop) claim(ctx context.Context, cs *claimState) claimed {
 		default:
 			return claimed{reason: "error", err: err}
 		}
-		cs.waiting = false
 		cs.backoff = 10 * time.Millisecond
 		return claimed{run: run}
+	}
+}
+
+// startWaiting makes the worker its process's waiter unless another
+// worker of the process waits, or runs an objective (that one asks again
+// when it ends). It reports whether the worker is the waiter.
+func (l *loop) startWaiting(cs *claimState) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if cs.waiting {
+		return true
+	}
+	if l.waiter || l.active.Load() > 0 {
+		return false
+	}
+	l.waiter, cs.waiting = true, true
+	return true
+}
+
+// stopWaiting ends the worker's turn as its process's waiter, if it has one.
+func (l *loop) stopWaiting(cs *claimState) {
+	if !cs.waiting {
+		return
+	}
+	l.mu.Lock()
+	l.waiter, cs.waiting = false, false
+	l.mu.Unlock()
+}
+
+// keepWatch makes sure this process holds the study's watcher role,
+// taking it if no live process does. It returns the *study.WatchedError
+// that says who does, if another process holds it. Once taken, the role
+// is refreshed every heartbeat interval until leaveWatch, or until a
+// refresh finds it taken over (this process was seen stale).
+func (l *loop) keepWatch(ctx context.Context) (*study.WatchedError, error) {
+	l.watchMu.Lock()
+	defer l.watchMu.Unlock()
+	if l.watch != nil && !l.watchLost {
+		return nil, nil
+	}
+	w, err := l.st.Watch(ctx, l.o.Who)
+	var we *study.WatchedError
+	if errors.As(err, &we) {
+		return we, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("soma-trial: %w", err)
+	}
+	l.watch, l.watchLost = w, false
+	iv := l.st.HeartbeatInterval()
+	var refresh func()
+	refresh = func() {
+		err := w.Refresh(ctx)
+		l.watchMu.Lock()
+		defer l.watchMu.Unlock()
+		if l.watch != w || l.watchTimer == nil {
+			return // left (leaveWatch)
+		}
+		switch {
+		case errors.Is(err, study.ErrSuperseded):
+			l.watchLost = true
+			l.logf("soma-trial: another process took over the watcher role (this one was seen stale)")
+			return
+		case err != nil && ctx.Err() == nil:
+			l.logf("soma-trial: warning: refreshing the watcher role (will keep trying): %v", err)
+		}
+		l.watchTimer = time.AfterFunc(iv, refresh)
+	}
+	l.watchTimer = time.AfterFunc(iv, refresh)
+	return nil, nil
+}
+
+// leaveWatch stops refreshing the watcher role and releases it, so that
+// the next process that looks takes it at once.
+func (l *loop) leaveWatch(ctx context.Context) {
+	l.watchMu.Lock()
+	w, lost := l.watch, l.watchLost
+	if l.watchTimer != nil {
+		l.watchTimer.Stop()
+		l.watchTimer = nil
+	}
+	l.watchMu.Unlock()
+	if w == nil || lost {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := w.Release(rctx); err != nil {
+		l.logf("soma-trial: warning: %v (the next process takes the role once the lease has passed)", err)
 	}
 }
 
