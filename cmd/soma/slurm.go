@@ -57,7 +57,7 @@ func newSlurmCommand() *cli.Command {
 					&cli.StringFlag{Name: "spec", Usage: "a TOML spec `FILE`: creates the study, or must match it"},
 					&cli.StringFlag{Name: "array", Usage: "the --array `SPEC`, like 0-63%16 (64 tasks, 16 at once); empty: one job"},
 					&cli.DurationFlag{Name: "time", Usage: "each task's time limit (0: the partition's default)"},
-					&cli.DurationFlag{Name: "grace", Usage: "SIGUSR1 this long before the time limit (default 2m)"},
+					&cli.DurationFlag{Name: "grace", Usage: "SIGUSR1 this long before the time limit", DefaultText: slurm.DefaultGrace.String()},
 					&cli.StringFlag{Name: "name", Usage: "the job name (default soma-<study>)"},
 					&cli.StringSliceFlag{Name: "sbatch-opt", Usage: "another #SBATCH option, like --partition=gpu (repeat)"},
 					&cli.StringSliceFlag{Name: "setup", Usage: "a shell `LINE` the script runs before soma-trial, like 'module load cuda/12.4' (repeat)"},
@@ -77,6 +77,9 @@ func newSlurmCommand() *cli.Command {
 					name, err := needStudy(c)
 					if err != nil {
 						return err
+					}
+					if own := ownFlags(c.Command, objective); len(own) > 0 {
+						fmt.Fprintf(c.App.ErrWriter, "soma: warning: the objective's arguments hold %s, a flag of soma slurm submit: everything after -- goes to the objective, not to submit (put submit's flags before --)\n", strings.Join(own, ", "))
 					}
 					var spec *study.Spec
 					if f := c.String("spec"); f != "" {
@@ -200,4 +203,27 @@ func printJobs(c *cli.Context, list submit.JobList) {
 	for _, e := range list.Corrupt {
 		fmt.Fprintf(w, "unreadable job record: %v\n", e)
 	}
+}
+
+// ownFlags returns the words of argv that are flags of cmd, as typed.
+// (Bug: `soma slurm submit ... -- cmd --dry-run` submitted for real and
+// passed --dry-run to the objective, without a word; issue 16.)
+func ownFlags(cmd *cli.Command, argv []string) []string {
+	names := map[string]bool{}
+	for _, f := range cmd.Flags {
+		for _, n := range f.Names() {
+			names[n] = true
+		}
+	}
+	var own []string
+	for _, a := range argv {
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if names[name] && len(name) > 1 {
+			own = append(own, a)
+		}
+	}
+	return own
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/soma-hpc/soma/internal/status"
 	"github.com/soma-hpc/soma/internal/submit"
+	"github.com/soma-hpc/soma/study"
 	"github.com/soma-hpc/soma/worker"
 )
 
@@ -67,7 +68,7 @@ func newStatusCommand() *cli.Command {
 			&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "refresh as the folder changes, until Ctrl-C"},
 			&cli.BoolFlag{Name: "poll", Usage: "with --watch: poll even on a local filesystem"},
 			&cli.DurationFlag{Name: "interval", Value: 5 * time.Second, Usage: "with --watch: the polling period"},
-			&cli.DurationFlag{Name: "lease", Usage: "a running trial silent this long is stale (default: soma-trial's default, 5m0s; give the runners' --lease)"},
+			&cli.DurationFlag{Name: "lease", Usage: "a running trial silent this long is stale (give the runners' --lease)", DefaultText: "soma-trial's default, " + study.DefaultGrace.String()},
 			&cli.DurationFlag{Name: "worker-timeout", Value: worker.DefaultHeartbeatTimeout, Usage: "a soma-worker silent this long is listed dead (the workers' --timeout)"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "list every problem, the packs and the number of files opened"},
 		},
