@@ -237,12 +237,18 @@ func requeue(c *cli.Context, job slurm.Job, inJob bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Context), 20*time.Second)
 	defer cancel()
+	// Requeued by its own job id (an array task's SLURM_JOB_ID), named
+	// as users and soma status know it: 25_0, not 26 (issue 16).
 	ref := slurm.Ref{Job: job.ID}
+	name := job.Ref().String()
+	if name != ref.String() {
+		name += " (job id " + ref.String() + ")"
+	}
 	if err := (slurm.Client{}).Requeue(ctx, ref); err != nil {
-		fmt.Fprintf(c.App.ErrWriter, "soma-trial: warning: could not requeue job %s (the interrupted trial waits for another task or submission): %v\n", ref, err)
+		fmt.Fprintf(c.App.ErrWriter, "soma-trial: warning: could not requeue job %s (the interrupted trial waits for another task or submission): %v\n", name, err)
 		return
 	}
-	fmt.Fprintf(c.App.ErrWriter, "soma-trial: asked Slurm to requeue job %s; it will retry the interrupted trial\n", ref)
+	fmt.Fprintf(c.App.ErrWriter, "soma-trial: asked Slurm to requeue job %s; it will retry the interrupted trial\n", name)
 }
 
 // errAllFailed: every trial this process ran failed (exitAllFailed).

@@ -149,7 +149,7 @@ func newSlurmCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					list, err := submit.Jobs(c.Context, st.FS(), name, submit.JobsOptions{Offline: c.Bool("offline")})
+					list, err := submit.Jobs(c.Context, st.FS(), name, submit.JobsOptions{Offline: c.Bool("offline"), FromRecords: true})
 					if err != nil {
 						return err
 					}
@@ -169,7 +169,12 @@ func newSlurmCommand() *cli.Command {
 func printJobs(c *cli.Context, list submit.JobList) {
 	w := c.App.Writer
 	if len(list.Jobs) == 0 {
-		fmt.Fprintf(w, "no Slurm jobs recorded for study %s (soma slurm submit records them)\n", list.Study)
+		// No header under it (an empty table followed; issue 16).
+		fmt.Fprintf(w, "no Slurm jobs recorded for study %s (soma slurm submit records them, and so does each trial run in a Slurm job)\n", list.Study)
+		for _, e := range list.Corrupt {
+			fmt.Fprintf(w, "unreadable job record: %v\n", e)
+		}
+		return
 	}
 	switch {
 	case list.LiveErr != nil && errors.Is(list.LiveErr, slurm.ErrUnavailable):
@@ -197,7 +202,14 @@ func printJobs(c *cli.Context, list submit.JobList) {
 			}
 			tasks = strings.Join(parts, ", ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", j.Job, j.Array, j.Submitted.Local().Format(time.DateTime), tasks, j.LogDir)
+		logs, submitted := j.LogDir, j.Submitted.Local().Format(time.DateTime)
+		if j.FromRecords {
+			// Named by trial records only: submitted by hand, so its logs
+			// are wherever its script's #SBATCH --output says.
+			logs = fmt.Sprintf("(not from soma slurm submit: named by %d trial records)", j.Trials)
+			submitted = "~" + submitted
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", j.Job, j.Array, submitted, tasks, logs)
 	}
 	tw.Flush()
 	for _, e := range list.Corrupt {

@@ -23,6 +23,8 @@ or lost the folder; it will be retried); the best score and its point;
 trials per hour and the ETA of the budget; the machines working on it and
 when each was last seen; then the best N trials and the running ones as
 aligned tables. With several studies in the root, one line per study.
+In the TRIAL column a retried trial shows its attempt: "3 (attempt 1)"
+is trial 3's first retry (attempts count from 0; soma logs --attempt).
 If soma-workers have registered in the root, a short list of them follows
 (alive or dead, slots held, tags; soma workers ROOT shows more).
 
