@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -38,6 +39,12 @@ func TestFailuresSayWhy(t *testing.T) {
 	}
 	if n := strings.Count(log, "WARNING: the first 3 trials all failed the same way: ModuleNotFoundError: No module named numpy"); n != 1 {
 		t.Errorf("the loud warning came %d times, want once:\n%s", n, log)
+	}
+	// Issue 16 too: failed trials (max_retries 0: final) kept their empty
+	// work folders, though the README said only folders with something in
+	// them stay.
+	if left, _ := os.ReadDir(filepath.Join(root, "work", "s")); len(left) != 0 {
+		t.Errorf("work/s holds %d folders after 5 final failures that wrote nothing, want none", len(left))
 	}
 
 	// Failures that differ, or a success among the first, are not "the same way".

@@ -382,10 +382,21 @@ func note(o Options, root, logDir string) string {
 		b.WriteString(n + "\n\n")
 	}
 	fmt.Fprintf(&b, "soma slurm submit: study %s in %s.\n", o.Study, root)
-	b.WriteString("The study was created or checked at submission; each task joins it and runs\n")
-	b.WriteString("its trials until the budget is reached.\n")
+	// (A dry run said the study "was created or checked" though it
+	// creates nothing, and the trials' logs were said to be per trial,
+	// <trial>.<attempt>.out, though they are per worker; issue 16.)
+	if o.DryRun {
+		b.WriteString("A dry run: nothing was created or submitted. When submitted, the study is\n")
+		b.WriteString("created or checked first; each task joins it and runs its trials until the\n")
+		b.WriteString("budget is reached.\n")
+	} else {
+		b.WriteString("The study was created or checked at submission; each task joins it and runs\n")
+		b.WriteString("its trials until the budget is reached.\n")
+	}
 	fmt.Fprintf(&b, "Slurm logs: %s (the folder must exist before sbatch runs).\n", logDir)
-	fmt.Fprintf(&b, "Each trial's output: %s/<trial>.<attempt>.out and .err.", filepath.Join(root, "logs", o.Study))
+	fmt.Fprintf(&b, "The objectives' output: %s/<host>.<pid>.<worker>.out and .err,\n", filepath.Join(root, "logs", o.Study))
+	fmt.Fprintf(&b, "one pair per soma-trial worker; soma logs %s --study %s TRIAL [--stderr]\n", root, o.Study)
+	b.WriteString("shows one trial's part.")
 	return b.String()
 }
 

@@ -715,8 +715,12 @@ func (l *loop) record(ctx context.Context, w int, run *study.Run, res objective.
 	case ferr != nil:
 		return fmt.Errorf("record trial %d.%d: %w", n, a, ferr)
 	}
-	if state == study.StateDone || state == study.StatePruned {
-		// Never run again: a folder the objective left empty goes.
+	if state == study.StateDone || state == study.StatePruned || state == study.StateFailed && l.st.Spec().MaxRetries == 0 {
+		// Never run again: a folder the objective left empty goes. A
+		// failure without retries is final too. (Bug: failed trials kept
+		// their empty folders, though the README said only folders with
+		// something in them stay; issue 16.) With retries a failure's
+		// folder stays: its retry may already run in it.
 		l.removeIfEmpty(dir)
 	}
 	detail := ""
