@@ -157,7 +157,7 @@ func action(c *cli.Context, sig <-chan os.Signal) error {
 		return usageError{err}
 	}
 	if spec != nil {
-		if err := checkAgainstSpec(c, spec, argv); err != nil {
+		if err := checkAgainstSpec(c, spec, spec.Budget, argv); err != nil {
 			return usageError{err}
 		}
 	}
@@ -172,10 +172,10 @@ func action(c *cli.Context, sig <-chan os.Signal) error {
 	if err != nil {
 		return err
 	}
-	if spec == nil {
-		if err := checkAgainstSpec(c, st.Spec(), argv); err != nil {
-			return usageError{err}
-		}
+	// Again against the study as it is: a joining process brought no
+	// spec, and a discrete space may hold fewer points than the budget.
+	if err := checkAgainstSpec(c, st.Spec(), st.Limit(), argv); err != nil {
+		return usageError{err}
 	}
 	helperDir, err := os.MkdirTemp("", "soma-trial-")
 	if err != nil {
@@ -299,8 +299,8 @@ func checkFlags(c *cli.Context) error {
 }
 
 // checkAgainstSpec checks what depends on the study's spec: the
-// objective's {name} placeholders and --trial's range.
-func checkAgainstSpec(c *cli.Context, spec *study.Spec, argv []string) error {
+// objective's {name} placeholders and --trial's range (0 to limit-1).
+func checkAgainstSpec(c *cli.Context, spec *study.Spec, limit int, argv []string) error {
 	knobs := spec.Space.Knobs()
 	params := make([]objective.Param, len(knobs))
 	for i, k := range knobs {
@@ -310,8 +310,8 @@ func checkAgainstSpec(c *cli.Context, spec *study.Spec, argv []string) error {
 	if _, err := objective.Substitute(argv, params, vars); err != nil {
 		return err
 	}
-	if t := c.Int("trial"); c.IsSet("trial") && t >= spec.Budget {
-		return fmt.Errorf("--trial %d: the study's budget is %d, so its trials are 0 to %d", t, spec.Budget, spec.Budget-1)
+	if t := c.Int("trial"); c.IsSet("trial") && t >= limit {
+		return fmt.Errorf("--trial %d: the study runs %d trials, numbered 0 to %d", t, limit, limit-1)
 	}
 	return nil
 }

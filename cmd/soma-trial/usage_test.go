@@ -34,7 +34,7 @@ func TestEverythingTypedIsCheckedBeforeTheStoreIsMade(t *testing.T) {
 		{"parallel 0", append([]string{"--study", "s", "--parallel", "0"}, spec...), []string{"true"}, "--parallel 0: want at least 1"},
 		{"negative max-trials", append([]string{"--study", "s", "--max-trials", "-2"}, spec...), []string{"true"}, "--max-trials -2"},
 		{"negative trial", append([]string{"--study", "s", "--trial", "-5"}, spec...), []string{"true"}, "--trial -5"},
-		{"trial beyond the budget", append([]string{"--study", "s", "--trial", "999"}, spec...), []string{"true"}, "--trial 999: the study's budget is 3, so its trials are 0 to 2"},
+		{"trial beyond the budget", append([]string{"--study", "s", "--trial", "999"}, spec...), []string{"true"}, "--trial 999: the study runs 3 trials, numbered 0 to 2"},
 		{"budget in flag syntax", []string{"--study", "s", "--param", "x=float:0:1", "--direction", "minimize"}, []string{"true"}, "(e.g. --budget 100)"},
 	}
 	for _, tc := range tests {
@@ -72,7 +72,7 @@ func TestJoinIsCheckedAgainstTheStudy(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--trial", "2", "--", "/bin/echo", "1"}, "--trial 2: the study's budget is 2, so its trials are 0 to 1"},
+		{[]string{"--trial", "2", "--", "/bin/echo", "1"}, "--trial 2: the study runs 2 trials, numbered 0 to 1"},
 		{[]string{"--", "/bin/echo", "{y}"}, "{y} is not a parameter (parameters: x;"},
 	} {
 		c := exec.Command(bin, append([]string{"--root", root, "--study", "s"}, tc.args...)...)
@@ -81,8 +81,14 @@ func TestJoinIsCheckedAgainstTheStudy(t *testing.T) {
 			t.Errorf("%q: exit %d, %s; want %d with %q", tc.args, c.ProcessState.ExitCode(), out, exitUsage, tc.want)
 		}
 	}
+	// A discrete space of 2 points runs 2 trials, whatever the budget.
+	c := exec.Command(bin, "--root", filepath.Join(t.TempDir(), "d"), "--study", "s", "--param", "x=int:0:1", "--budget", "5",
+		"--sampler", "random", "--trial", "3", "--", "/bin/echo", "1")
+	if out, _ := c.CombinedOutput(); c.ProcessState.ExitCode() != exitUsage || !strings.Contains(string(out), "--trial 3: the study runs 2 trials, numbered 0 to 1") {
+		t.Errorf("--trial 3 of a 2-point space: exit %d, %s", c.ProcessState.ExitCode(), out)
+	}
 	missing := filepath.Join(t.TempDir(), "missing")
-	c := exec.Command(bin, "--root", missing, "--study", "s", "--", "/bin/echo", "1")
+	c = exec.Command(bin, "--root", missing, "--study", "s", "--", "/bin/echo", "1")
 	out, _ := c.CombinedOutput()
 	if c.ProcessState.ExitCode() != exitError {
 		t.Errorf("join of a missing root: exit %d, %s; want %d", c.ProcessState.ExitCode(), out, exitError)
