@@ -165,3 +165,14 @@ func TestSlurmJobsListsJobsTheRecordsName(t *testing.T) {
 		t.Errorf("no jobs: %q; want the sentence and no table header", out)
 	}
 }
+
+// Issue 16: a negative --lease was taken by the views (every running
+// trial then read stale).
+func TestViewsRefuseANegativeLease(t *testing.T) {
+	for _, cmd := range [][]string{{"status", "ROOT"}, {"trials", "ROOT", "--study", "s"}} {
+		code, _, errOut := soma(append(cmd, "--lease", "-1s")...)
+		if code != exitUsage || !strings.Contains(errOut, "--lease -1s: want the runners' --lease") {
+			t.Errorf("soma %s --lease -1s: exit %d, %q", cmd[0], code, errOut)
+		}
+	}
+}

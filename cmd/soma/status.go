@@ -86,6 +86,9 @@ func statusAction(c *cli.Context) error {
 	if c.Int("top") < 0 {
 		return usagef("--top %d: want 0 or more", c.Int("top"))
 	}
+	if d := c.Duration("lease"); d < 0 {
+		return usagef("--lease %s: want the runners' --lease (0: soma-trial's default)", d)
+	}
 	if (c.Bool("poll") || c.IsSet("interval")) && !c.Bool("watch") {
 		return usagef("--poll and --interval go with --watch")
 	}

@@ -42,6 +42,9 @@ func newTrialsCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			if d := c.Duration("lease"); d < 0 {
+				return usagef("--lease %s: want the runners' --lease (0: soma-trial's default)", d)
+			}
 			switch f := c.String("format"); f {
 			case status.FormatCSV, status.FormatJSON, status.FormatJSONL:
 			default:

@@ -40,3 +40,29 @@ func TestScriptCommentIsTrue(t *testing.T) {
 		}
 	}
 }
+
+// Issue 16: a {typo} in the objective was submitted, and every task of
+// the array then failed on it. Submit refuses it, for a new study and an
+// existing one, naming the parameters.
+func TestSubmitRefusesAPlaceholderTypo(t *testing.T) {
+	f := newFixture(t)
+	client, _ := fakeSlurm(t)
+	ctx := context.Background()
+	for _, spec := range []bool{true, false} { // creating it, then joining it
+		_, err := Submit(ctx, f.store, f.options(func(o *Options) {
+			o.Slurm = client
+			o.Objective = []string{"python3", "train.py", "--x", "{xx}"}
+			if !spec {
+				o.Spec = nil
+			}
+		}))
+		if err == nil || !strings.Contains(err.Error(), "{xx} is not a parameter (parameters: x;") {
+			t.Errorf("spec %v: %v, want {xx} refused", spec, err)
+		}
+		if spec {
+			if _, err := Submit(ctx, f.store, f.options(func(o *Options) { o.Slurm = client })); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

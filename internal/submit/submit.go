@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/objective"
 	"github.com/soma-hpc/soma/slurm"
 	"github.com/soma-hpc/soma/study"
 )
@@ -165,7 +166,7 @@ func Submit(ctx context.Context, store *fsstore.Store, o Options) (Result, error
 	if err != nil {
 		return Result{}, err
 	}
-	if err := checkStudy(ctx, store, o.Study, o.Spec); err != nil {
+	if err := checkStudy(ctx, store, o.Study, o.Spec, o.Objective); err != nil {
 		return Result{}, err
 	}
 	root := store.Root()
@@ -308,12 +309,16 @@ func check(o Options) error {
 }
 
 // checkStudy checks, reading only, that study name exists with spec's
-// definition, or can be created from spec.
-func checkStudy(ctx context.Context, store *fsstore.Store, name string, spec *study.Spec) error {
+// definition, or can be created from spec, and that the objective's
+// {name} placeholders are its parameters.
+func checkStudy(ctx context.Context, store *fsstore.Store, name string, spec *study.Spec, argv []string) error {
 	st, err := study.Open(ctx, store, name, nil, study.Options{})
 	switch {
 	case errors.Is(err, study.ErrNoStudy) && spec != nil:
-		return spec.Validate() // submitting would create it
+		if err := spec.Validate(); err != nil { // submitting would create it
+			return err
+		}
+		return checkPlaceholders(spec, argv)
 	case errors.Is(err, study.ErrNoStudy):
 		return fmt.Errorf("submit: %w: no study %q in %s (give a spec to create it)", study.ErrNoStudy, name, store.Root())
 	case err != nil:
@@ -326,6 +331,23 @@ func checkStudy(ctx context.Context, store *fsstore.Store, name string, spec *st
 		if !bytes.Equal(st.Spec().Canonical(), spec.Canonical()) {
 			return fmt.Errorf("submit: %w", &study.SpecMismatchError{Study: name, Diff: study.DiffSpec(st.Spec(), spec)})
 		}
+	}
+	return checkPlaceholders(st.Spec(), argv)
+}
+
+// checkPlaceholders refuses a {name} in the objective that is neither a
+// parameter of spec nor one of soma-trial's own ({study}, {trial},
+// {attempt}, {trial_dir}). (Bug: a {typo} was submitted, and every task
+// of the array then failed on it; issue 16.)
+func checkPlaceholders(spec *study.Spec, argv []string) error {
+	knobs := spec.Space.Knobs()
+	params := make([]objective.Param, len(knobs))
+	for i, k := range knobs {
+		params[i] = objective.Param{Name: k.Name}
+	}
+	vars := map[string]string{"study": "", "trial": "", "attempt": "", "trial_dir": ""}
+	if _, err := objective.Substitute(argv, params, vars); err != nil {
+		return fmt.Errorf("submit: %w", err)
 	}
 	return nil
 }
