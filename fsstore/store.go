@@ -115,6 +115,9 @@ func Open(root string, opts Options) (*Store, error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("fsstore: open %s: %w (create it with 'soma init', or check the path)", abs, ErrNotFound)
+	case errors.Is(err, syscall.ENOTDIR):
+		// (It said only "not a directory"; issue 16.)
+		return nil, fmt.Errorf("fsstore: open %s: %w: the root, or a folder above it, is a file (give a folder)", abs, err)
 	case err != nil:
 		return nil, fmt.Errorf("fsstore: open %s: %w", abs, err)
 	}
@@ -148,7 +151,7 @@ func Open(root string, opts Options) (*Store, error) {
 			ok = true
 			return s, s.checkMarker(b)
 		}
-		return nil, fmt.Errorf("%w: %s is not empty and has no %s; point soma at an empty or new folder", ErrNotStore, abs, markerName)
+		return nil, notStore(abs, entries)
 	case !opts.Create:
 		return nil, fmt.Errorf("%w: %s has no %s (create a store there with 'soma init')", ErrNotStore, abs, markerName)
 	}
@@ -186,6 +189,25 @@ func (s *Store) readMarker() ([]byte, error) {
 // creating the store right now. (Bug found by 4 soma-trial processes
 // starting together: all but one refused the half-made store as "not a
 // store".)
+// notStore explains a folder that is not empty and has no soma.json,
+// and how to recover: a store that lost its soma.json (its names/ and
+// blobs/ are there) gets it back with the exact line to write; any other
+// folder is not a store. (It said only "point soma at an empty or new
+// folder"; issue 16.)
+func notStore(abs string, entries []fs.DirEntry) error {
+	has := map[string]bool{}
+	for _, e := range entries {
+		has[e.Name()] = e.IsDir()
+	}
+	if has["names"] && has["blobs"] {
+		b, _ := json.Marshal(marker{Format: "soma-store", Version: FormatVersion})
+		return fmt.Errorf("%w: %s has names/ and blobs/ but no %s: if it is a soma store that lost its %s, write it back (echo '%s' > %s), else point soma at an empty or new folder",
+			ErrNotStore, abs, markerName, markerName, b, filepath.Join(abs, markerName))
+	}
+	return fmt.Errorf("%w: %s is not empty and has no %s, so it is not a soma store: point soma at an empty or new folder (e.g. %s)",
+		ErrNotStore, abs, markerName, filepath.Join(abs, "soma"))
+}
+
 func onlyStoreFolders(entries []fs.DirEntry) bool {
 	for _, e := range entries {
 		switch e.Name() {
@@ -296,7 +318,7 @@ func (s *Store) writeTempMode(r io.Reader, h io.Writer, mode uint32) (tempFile, 
 		fd, err = openatRetry(dir, name, flags, mode)
 	}
 	if err != nil {
-		return tempFile{}, fmt.Errorf("fsstore: temp file %s: %w", path, err)
+		return tempFile{}, notWritableTemp(path, err)
 	}
 	t := tempFile{dir: dir, name: name, path: path}
 	ok := false

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/soma-hpc/soma/fsstore"
 )
@@ -222,10 +223,14 @@ func ValidateName(name string) error {
 	if name[0] == '.' || name[0] == '-' {
 		return fmt.Errorf("study: study name %q starts with %q (start with a letter or digit)", name, name[0])
 	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
+	for i, c := range name {
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return fmt.Errorf("study: study name %q: byte %q is not allowed (use letters, digits, '-', '_' and '.')", name, c)
+			// The character, not its first byte: "ünï" said "byte 'Ã'"
+			// (issue 16).
+			if c == utf8.RuneError {
+				return fmt.Errorf("study: study name %q: byte %#x (at byte %d) is not UTF-8 (use ASCII letters, digits, '-', '_' and '.')", name, name[i], i)
+			}
+			return fmt.Errorf("study: study name %q: character %q (at byte %d) is not allowed (use ASCII letters, digits, '-', '_' and '.')", name, c, i)
 		}
 	}
 	return nil

@@ -410,10 +410,37 @@ func SpecFromFlags(params []string, direction, sampler, pruner string, budget in
 	if s.Space, err = NewSpace(knobs); err != nil {
 		return nil, err
 	}
+	if err := flagHints(s); err != nil {
+		return nil, err
+	}
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// flagHints checks, in flag syntax, what Validate's messages would say in
+// TOML: a user who typed --param flags was told "set budget = 100"
+// (issue 16).
+func flagHints(s *Spec) error {
+	if s.Direction == DirectionUnknown && s.Sampler.Name == "tpe" {
+		return errors.New("study: --sampler tpe (the default) compares scores, so it needs --direction minimize or maximize (or --sampler random, sobol or grid)")
+	}
+	if s.Direction == DirectionUnknown && s.Pruner.Name != "none" {
+		return fmt.Errorf("study: --pruner %s compares scores, so it needs --direction minimize or maximize (or no --pruner)", s.Pruner.Name)
+	}
+	if s.Sampler.Name == "grid" {
+		if n, finite := s.Space.Size(); finite && n <= maxGrid && s.Budget > n {
+			return fmt.Errorf("study: --budget %d: the grid has only %d cells (give --budget %d, or leave it out for the whole grid)", s.Budget, n, n)
+		}
+		if s.Budget >= 0 {
+			return nil
+		}
+	}
+	if s.Budget <= 0 {
+		return fmt.Errorf("study: --budget %d: want the number of trials, at least 1 (e.g. --budget 100)", s.Budget)
+	}
+	return nil
 }
 
 // knobFromText parses the flag syntax kind:args for knob name.

@@ -15,8 +15,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/soma-hpc/soma/fsstore"
 	"golang.org/x/sync/errgroup"
@@ -174,8 +176,8 @@ func (a *Array) load() (*arrayState, error) {
 			return nil, &MetadataError{Path: mpath, Err: err2}
 		}
 		m.dimNames = v2DimNames(m.attrs, len(m.shape))
-	case errors.Is(err3, fs.ErrNotExist) && errors.Is(err2, fs.ErrNotExist):
-		return nil, fmt.Errorf("zarr: open %s: %w (no zarr.json or .zarray in it)", a.path, ErrNotArray)
+	case noMeta(err3) && noMeta(err2):
+		return nil, notArray(a.path)
 	case !errors.Is(err3, fs.ErrNotExist):
 		return nil, fmt.Errorf("zarr: open %s: %w", a.path, err3)
 	default:
@@ -1014,4 +1016,66 @@ func (a *Array) readWhole(path string) ([]byte, string, error) {
 	a.chunkReads.Add(1)
 	a.bytesRead.Add(int64(len(b)))
 	return b, fileIdentity(fi), nil
+}
+
+// notArray says why path, which holds neither zarr.json nor .zarray, is
+// not an array: it does not exist, it is a v2 group, or it is a folder
+// without zarr metadata. The error wraps ErrNotArray (and
+// fs.ErrNotExist for a missing path). (A group folder and a missing path
+// both said "not a zarr array (no zarr.json or .zarray in it)"; issue 16.)
+func notArray(path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return missingError{path}
+	case err != nil:
+		return fmt.Errorf("zarr: open %s: %w", path, err)
+	case !fi.IsDir():
+		return fmt.Errorf("zarr: open %s: %w: a file, not a folder (an array is a folder holding zarr.json or .zarray)", path, ErrNotArray)
+	}
+	if _, err := os.Stat(filepath.Join(path, ".zgroup")); err == nil {
+		hint := "open an array inside it"
+		if kids := childArrays(path, 3); len(kids) > 0 {
+			hint += ", e.g. " + strings.Join(kids, ", ")
+		}
+		return fmt.Errorf("zarr: open %s: %w: a zarr v2 group (.zgroup), not an array (%s)", path, ErrNotArray, hint)
+	}
+	return fmt.Errorf("zarr: open %s: %w (a folder with no zarr.json or .zarray in it)", path, ErrNotArray)
+}
+
+// missingError: nothing at the path. It is ErrNotArray and fs.ErrNotExist.
+type missingError struct{ path string }
+
+func (e missingError) Error() string {
+	return fmt.Sprintf("zarr: open %s: %v: nothing at this path", e.path, ErrNotArray)
+}
+
+func (e missingError) Is(target error) bool { return target == ErrNotArray || target == fs.ErrNotExist }
+
+// noMeta reports whether a metadata file's read failed because it is not
+// there: missing, or its folder is a file (ENOTDIR).
+func noMeta(err error) bool { return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) }
+
+// childArrays returns up to n paths of arrays directly inside folder dir.
+func childArrays(dir string, n int) []string {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		if len(out) == n {
+			break
+		}
+		if !e.IsDir() {
+			continue
+		}
+		for _, m := range []string{v3MetaName, v2MetaName} {
+			if _, err := os.Stat(filepath.Join(dir, e.Name(), m)); err == nil {
+				out = append(out, filepath.Join(dir, e.Name()))
+				break
+			}
+		}
+	}
+	return out
 }

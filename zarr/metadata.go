@@ -155,6 +155,15 @@ func parseV3(b []byte) (*meta, error) {
 			ChunkShape []int64 `json:"chunk_shape"`
 		} `json:"configuration"`
 	}
+	// The grid's name first: another grid's configuration (rectilinear's
+	// chunk_shapes) failed the strict decode below as "unknown field",
+	// without naming the grid (issue 16).
+	var gridName struct {
+		Name string `json:"name"`
+	}
+	if b, ok := raw["chunk_grid"]; ok && json.Unmarshal(b, &gridName) == nil && gridName.Name != "" && gridName.Name != "regular" {
+		return nil, fmt.Errorf("chunk_grid %q: %w (soma reads only the regular grid, where every chunk has the same shape; rewrite the array with regular chunks)", gridName.Name, ErrUnsupported)
+	}
 	if err := unmarshalField(raw, "chunk_grid", &grid, true); err != nil {
 		return nil, err
 	}

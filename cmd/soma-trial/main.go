@@ -29,6 +29,11 @@ const (
 	exitError       = 1 // an error: the store, the spec, an objective that cannot start
 	exitUsage       = 2 // bad flags or spec
 	exitInterrupted = 3 // a signal stopped it; the running attempts will be retried
+	// exitAllFailed: every trial this process ran failed (none done or
+	// pruned). A Slurm array task whose objective fails every time must
+	// not look like a success to sacct or a dependency (issue 16: it
+	// exited 0).
+	exitAllFailed = 4
 )
 
 func main() {
@@ -89,7 +94,8 @@ EXIT STATUS: 0 budget reached, share done, or nothing claimable (another
 process keeps watch, or --no-wait); 1 error; 2 bad usage;
 3 interrupted by a signal (SIGTERM, SIGINT, SIGUSR1 — Slurm's pre-timeout
 warning): the running attempts are recorded interrupted and retried by
-whoever comes next.`
+whoever comes next; 4 every trial this process ran failed (none done or
+pruned: see soma logs ROOT --study NAME TRIAL --stderr).`
 
 func newApp(stdout, stderr io.Writer, sig <-chan os.Signal) *cli.App {
 	return &cli.App{
@@ -121,21 +127,24 @@ EXAMPLES:
 			return usageError{err}
 		},
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "root", Usage: "the study folder (created if missing)", EnvVars: []string{"SOMA_ROOT"}, Required: true},
-			&cli.StringFlag{Name: "study", Usage: "the study's name (letters, digits, -_.)", Required: true},
+			// --root and --study are required, but checked in action, not by
+			// urfave's Required: its error exited 1 without the usage hint
+			// (issue 16).
+			&cli.StringFlag{Name: "root", Usage: "the study folder (created if missing; required)", EnvVars: []string{"SOMA_ROOT"}},
+			&cli.StringFlag{Name: "study", Usage: "the study's name (letters, digits, -_.; required)"},
 			&cli.StringFlag{Name: "spec", Usage: "a TOML study spec (space, direction, sampler, pruner, budget)"},
 			&cli.StringSliceFlag{Name: "param", Usage: "a knob, instead of --spec: name=float:LOW:HIGH[:log|:step=S], int:LOW:HIGH[:log|:step=S], choice:A,B, fixed:V"},
 			&cli.StringFlag{Name: "direction", Usage: "with --param: minimize or maximize"},
 			&cli.StringFlag{Name: "sampler", Usage: "with --param: tpe (default), random, sobol, grid; options as tpe:startup=20"},
 			&cli.StringFlag{Name: "pruner", Usage: "with --param: none (default), median, percentile, asha; options as median:warmup=5"},
-			&cli.IntFlag{Name: "budget", Usage: "with --param: number of trials"},
+			&cli.IntFlag{Name: "budget", Usage: "with --param: number of trials (at least 1; for grid, leave it out for the grid's size)", DefaultText: "none"},
 			&cli.Uint64Flag{Name: "seed", Usage: "with --param: the study's seed"},
-			&cli.IntFlag{Name: "trial", Value: -1, Usage: "run exactly this trial number and exit (one trial per array task)"},
+			&cli.IntFlag{Name: "trial", Value: -1, Usage: "run exactly this trial number (0 to budget-1) and exit (one trial per array task)", DefaultText: "none"},
 			&cli.IntFlag{Name: "max-trials", Usage: "run at most this many trials in this process (0: no cap)"},
 			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "objectives to run at once in this process"},
 			&cli.DurationFlag{Name: "timeout", Usage: "fail a trial that runs longer than this (0: no limit)"},
-			&cli.DurationFlag{Name: "kill-grace", Value: 10 * time.Second, Usage: "time between prune verdict, SIGTERM and SIGKILL"},
-			&cli.DurationFlag{Name: "lease", Value: study.DefaultGrace, Usage: "a running trial with no heartbeat for this long is stale and retried (all processes of a study should agree)"},
+			&cli.DurationFlag{Name: "kill-grace", Value: 10 * time.Second, Usage: "time between prune verdict, SIGTERM and SIGKILL (more than 0)"},
+			&cli.DurationFlag{Name: "lease", Value: study.DefaultGrace, Usage: "a running trial with no heartbeat for this long is stale and retried (at least 1s; all processes of a study should agree)"},
 			&cli.BoolFlag{Name: "no-wait", Usage: "exit when every remaining trial runs elsewhere, and never keep watch to retry the ones that go stale (see THE END OF A STUDY)"},
 			&cli.BoolFlag{Name: "requeue-on-usr1", Usage: "in a Slurm job: when SIGUSR1 (the pre-timeout warning) interrupts it, ask Slurm to requeue this job (scontrol requeue), so the task starts again and retries the interrupted trial (soma slurm submit sets it)"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log trial starts and every report"},
@@ -149,18 +158,36 @@ func action(c *cli.Context, sig <-chan os.Signal) error {
 	if len(argv) == 0 {
 		return usageError{errors.New("no objective command: put it after --, e.g. -- python3 train.py --lr {lr}")}
 	}
+	// Everything the user typed is checked before anything is created in
+	// the store. (Bug: a bad study name or a {typo} placeholder was
+	// refused only after the store, or even the study, was made.)
+	if err := checkFlags(c); err != nil {
+		return usageError{err}
+	}
 	spec, err := specFromFlags(c)
 	if err != nil {
 		return usageError{err}
 	}
+	if spec != nil {
+		if err := checkAgainstSpec(c, spec, spec.Budget, argv); err != nil {
+			return usageError{err}
+		}
+	}
 	ctx := c.Context
-	store, err := fsstore.Open(c.String("root"), fsstore.Options{Create: true})
+	// Without a spec this process joins a study that must exist: a
+	// missing root is not created for it.
+	store, err := fsstore.Open(c.String("root"), fsstore.Options{Create: spec != nil})
 	if err != nil {
 		return err
 	}
 	st, err := study.Open(ctx, store, c.String("study"), spec, study.Options{Grace: c.Duration("lease")})
 	if err != nil {
 		return err
+	}
+	// Again against the study as it is: a joining process brought no
+	// spec, and a discrete space may hold fewer points than the budget.
+	if err := checkAgainstSpec(c, st.Spec(), st.Limit(), argv); err != nil {
+		return usageError{err}
 	}
 	helperDir, err := os.MkdirTemp("", "soma-trial-")
 	if err != nil {
@@ -200,6 +227,9 @@ func action(c *cli.Context, sig <-chan os.Signal) error {
 	}, sig)
 	if err == nil {
 		fmt.Fprintf(c.App.ErrWriter, "soma-trial: %s: ran %d trials (%s); stopped: %s\n", st.Name(), sum.Ran, sum.StatesText(), stopReason(sum.Stopped))
+		if allFailed(sum) {
+			return fmt.Errorf("%w (%d): see why with soma logs %s --study %s TRIAL --stderr", errAllFailed, sum.States["failed"], store.Root(), st.Name())
+		}
 	}
 	if errors.Is(err, trialrun.ErrInterrupted) && sum.Signal == syscall.SIGUSR1 && c.Bool("requeue-on-usr1") {
 		requeue(c, job, inJob)
@@ -219,12 +249,83 @@ func requeue(c *cli.Context, job slurm.Job, inJob bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Context), 20*time.Second)
 	defer cancel()
+	// Requeued by its own job id (an array task's SLURM_JOB_ID), named
+	// as users and soma status know it: 25_0, not 26 (issue 16).
 	ref := slurm.Ref{Job: job.ID}
+	name := job.Ref().String()
+	if name != ref.String() {
+		name += " (job id " + ref.String() + ")"
+	}
 	if err := (slurm.Client{}).Requeue(ctx, ref); err != nil {
-		fmt.Fprintf(c.App.ErrWriter, "soma-trial: warning: could not requeue job %s (the interrupted trial waits for another task or submission): %v\n", ref, err)
+		fmt.Fprintf(c.App.ErrWriter, "soma-trial: warning: could not requeue job %s (the interrupted trial waits for another task or submission): %v\n", name, err)
 		return
 	}
-	fmt.Fprintf(c.App.ErrWriter, "soma-trial: asked Slurm to requeue job %s; it will retry the interrupted trial\n", ref)
+	fmt.Fprintf(c.App.ErrWriter, "soma-trial: asked Slurm to requeue job %s; it will retry the interrupted trial\n", name)
+}
+
+// errAllFailed: every trial this process ran failed (exitAllFailed).
+var errAllFailed = errors.New("every trial this process ran failed")
+
+// allFailed reports whether the process ran trials and every one failed:
+// none ended done or pruned.
+func allFailed(sum trialrun.Summary) bool {
+	return sum.States["failed"] > 0 && sum.States["done"]+sum.States["pruned"] == 0
+}
+
+// minLease is the shortest --lease: heartbeats go every lease/5, and a
+// lease of a few milliseconds expired between a process's claim and its
+// first heartbeat, so the process superseded its own claim (issue 16).
+const minLease = time.Second
+
+// checkFlags checks the flags that need no spec: the required ones, the
+// study's name and the ranges of the numbers, naming the valid range.
+func checkFlags(c *cli.Context) error {
+	if c.String("root") == "" {
+		return errors.New("--root is required: the study folder, e.g. --root /scratch/$USER/soma (or set SOMA_ROOT)")
+	}
+	if c.String("study") == "" {
+		return errors.New("--study is required: the study's name, e.g. --study lr-sweep")
+	}
+	if err := study.ValidateName(c.String("study")); err != nil {
+		return err
+	}
+	if c.IsSet("trial") && c.Int("trial") < 0 {
+		return fmt.Errorf("--trial %d: want a trial number, 0 to the budget minus 1", c.Int("trial"))
+	}
+	if n := c.Int("max-trials"); n < 0 {
+		return fmt.Errorf("--max-trials %d: want 0 (no cap) or more", n)
+	}
+	if n := c.Int("parallel"); n < 1 {
+		return fmt.Errorf("--parallel %d: want at least 1", n)
+	}
+	if d := c.Duration("timeout"); d < 0 {
+		return fmt.Errorf("--timeout %s: want 0 (no limit) or more", d)
+	}
+	if d := c.Duration("kill-grace"); d <= 0 {
+		return fmt.Errorf("--kill-grace %s: want more than 0 (default 10s)", d)
+	}
+	if d := c.Duration("lease"); d < minLease {
+		return fmt.Errorf("--lease %s: want at least %s (heartbeats go every lease/5; give minutes on a shared filesystem, default %s)", d, minLease, study.DefaultGrace)
+	}
+	return nil
+}
+
+// checkAgainstSpec checks what depends on the study's spec: the
+// objective's {name} placeholders and --trial's range (0 to limit-1).
+func checkAgainstSpec(c *cli.Context, spec *study.Spec, limit int, argv []string) error {
+	knobs := spec.Space.Knobs()
+	params := make([]objective.Param, len(knobs))
+	for i, k := range knobs {
+		params[i] = objective.Param{Name: k.Name}
+	}
+	vars := map[string]string{"study": "", "trial": "", "attempt": "", "trial_dir": ""}
+	if _, err := objective.Substitute(argv, params, vars); err != nil {
+		return err
+	}
+	if t := c.Int("trial"); c.IsSet("trial") && t >= limit {
+		return fmt.Errorf("--trial %d: the study runs %d trials, numbered 0 to %d", t, limit, limit-1)
+	}
+	return nil
 }
 
 // stopReason explains a Summary.Stopped word.
@@ -304,6 +405,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "soma-trial: %v (see soma-trial --help)\n", err)
 		return exitUsage
+	case errors.Is(err, errAllFailed):
+		fmt.Fprintf(stderr, "soma-trial: %v\n", err)
+		return exitAllFailed
 	case errors.Is(err, study.ErrSpecMismatch):
 		fmt.Fprintf(stderr, "soma-trial: %v\n", err)
 		return exitUsage

@@ -343,6 +343,11 @@ func TestRequeueOnUSR1(t *testing.T) {
 	if strings.TrimSpace(string(got)) != "requeue 4243" {
 		t.Errorf("scontrol called with %q, want \"requeue 4243\"\n%s", got, log.String())
 	}
+	// Issue 16: the message named the raw job id 4243, which users and
+	// soma status know as 4242_1.
+	if !strings.Contains(log.String(), "requeue job 4242_1 (job id 4243)") {
+		t.Errorf("requeue message does not name 4242_1:\n%s", log.String())
+	}
 	snap, _ := e.open(t).Trials(context.Background())
 	if r, _ := snap.Trial(0); r.State != study.StateInterrupted || r.Who.Job != "4242_1" || r.Who.Host != "node7" {
 		t.Errorf("trial 0: %s by %+v, want interrupted by node7 4242_1", r.State, r.Who)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/urfave/cli/v2"
 
 	"github.com/soma-hpc/soma/internal/status"
@@ -49,6 +51,10 @@ func newBestCommand() *cli.Command {
 			b, err := status.FindBest(c.Context, st)
 			if err != nil {
 				return err
+			}
+			if n := len(b.Unreadable); n > 0 {
+				fmt.Fprintf(c.App.ErrWriter, "soma: warning: %d unreadable records left out, and the best may be among them (first: %s); soma status ROOT --study %s --verbose lists them\n",
+					n, oneLine(b.Unreadable[0].Error()), name)
 			}
 			return status.WriteBest(c.App.Writer, b, format)
 		},

@@ -34,7 +34,7 @@ func newLogsCommand() *cli.Command {
 		Description: logsDescription,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "study", Aliases: []string{"s"}, Usage: "the study (required)"},
-			&cli.IntFlag{Name: "attempt", Value: -1, Usage: "the attempt (default: the trial's latest)"},
+			&cli.IntFlag{Name: "attempt", Value: -1, Usage: "the attempt (0 is the first run; 1 its first retry)", DefaultText: "the trial's latest"},
 			&cli.BoolFlag{Name: "stderr", Aliases: []string{"e"}, Usage: "show standard error instead of standard output"},
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing until the attempt ends (Ctrl-C stops)"},
 		},

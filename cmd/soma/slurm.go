@@ -57,7 +57,7 @@ func newSlurmCommand() *cli.Command {
 					&cli.StringFlag{Name: "spec", Usage: "a TOML spec `FILE`: creates the study, or must match it"},
 					&cli.StringFlag{Name: "array", Usage: "the --array `SPEC`, like 0-63%16 (64 tasks, 16 at once); empty: one job"},
 					&cli.DurationFlag{Name: "time", Usage: "each task's time limit (0: the partition's default)"},
-					&cli.DurationFlag{Name: "grace", Usage: "SIGUSR1 this long before the time limit (default 2m)"},
+					&cli.DurationFlag{Name: "grace", Usage: "SIGUSR1 this long before the time limit", DefaultText: slurm.DefaultGrace.String()},
 					&cli.StringFlag{Name: "name", Usage: "the job name (default soma-<study>)"},
 					&cli.StringSliceFlag{Name: "sbatch-opt", Usage: "another #SBATCH option, like --partition=gpu (repeat)"},
 					&cli.StringSliceFlag{Name: "setup", Usage: "a shell `LINE` the script runs before soma-trial, like 'module load cuda/12.4' (repeat)"},
@@ -77,6 +77,9 @@ func newSlurmCommand() *cli.Command {
 					name, err := needStudy(c)
 					if err != nil {
 						return err
+					}
+					if own := ownFlags(c.Command, objective); len(own) > 0 {
+						fmt.Fprintf(c.App.ErrWriter, "soma: warning: the objective's arguments hold %s, a flag of soma slurm submit: everything after -- goes to the objective, not to submit (put submit's flags before --)\n", strings.Join(own, ", "))
 					}
 					var spec *study.Spec
 					if f := c.String("spec"); f != "" {
@@ -146,7 +149,7 @@ func newSlurmCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					list, err := submit.Jobs(c.Context, st.FS(), name, submit.JobsOptions{Offline: c.Bool("offline")})
+					list, err := submit.Jobs(c.Context, st.FS(), name, submit.JobsOptions{Offline: c.Bool("offline"), FromRecords: true})
 					if err != nil {
 						return err
 					}
@@ -166,7 +169,12 @@ func newSlurmCommand() *cli.Command {
 func printJobs(c *cli.Context, list submit.JobList) {
 	w := c.App.Writer
 	if len(list.Jobs) == 0 {
-		fmt.Fprintf(w, "no Slurm jobs recorded for study %s (soma slurm submit records them)\n", list.Study)
+		// No header under it (an empty table followed; issue 16).
+		fmt.Fprintf(w, "no Slurm jobs recorded for study %s (soma slurm submit records them, and so does each trial run in a Slurm job)\n", list.Study)
+		for _, e := range list.Corrupt {
+			fmt.Fprintf(w, "unreadable job record: %v\n", e)
+		}
+		return
 	}
 	switch {
 	case list.LiveErr != nil && errors.Is(list.LiveErr, slurm.ErrUnavailable):
@@ -194,10 +202,40 @@ func printJobs(c *cli.Context, list submit.JobList) {
 			}
 			tasks = strings.Join(parts, ", ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", j.Job, j.Array, j.Submitted.Local().Format(time.DateTime), tasks, j.LogDir)
+		logs, submitted := j.LogDir, j.Submitted.Local().Format(time.DateTime)
+		if j.FromRecords {
+			// Named by trial records only: submitted by hand, so its logs
+			// are wherever its script's #SBATCH --output says.
+			logs = fmt.Sprintf("(not from soma slurm submit: named by %d trial records)", j.Trials)
+			submitted = "~" + submitted
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", j.Job, j.Array, submitted, tasks, logs)
 	}
 	tw.Flush()
 	for _, e := range list.Corrupt {
 		fmt.Fprintf(w, "unreadable job record: %v\n", e)
 	}
+}
+
+// ownFlags returns the words of argv that are flags of cmd, as typed.
+// (Bug: `soma slurm submit ... -- cmd --dry-run` submitted for real and
+// passed --dry-run to the objective, without a word; issue 16.)
+func ownFlags(cmd *cli.Command, argv []string) []string {
+	names := map[string]bool{}
+	for _, f := range cmd.Flags {
+		for _, n := range f.Names() {
+			names[n] = true
+		}
+	}
+	var own []string
+	for _, a := range argv {
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if names[name] && len(name) > 1 {
+			own = append(own, a)
+		}
+	}
+	return own
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/soma-hpc/soma/internal/status"
 	"github.com/soma-hpc/soma/internal/submit"
+	"github.com/soma-hpc/soma/study"
 	"github.com/soma-hpc/soma/worker"
 )
 
@@ -22,6 +23,8 @@ or lost the folder; it will be retried); the best score and its point;
 trials per hour and the ETA of the budget; the machines working on it and
 when each was last seen; then the best N trials and the running ones as
 aligned tables. With several studies in the root, one line per study.
+In the TRIAL column a retried trial shows its attempt: "3 (attempt 1)"
+is trial 3's first retry (attempts count from 0; soma logs --attempt).
 If soma-workers have registered in the root, a short list of them follows
 (alive or dead, slots held, tags; soma workers ROOT shows more).
 
@@ -70,7 +73,7 @@ func newStatusCommand() *cli.Command {
 			&cli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "refresh as the folder changes, until Ctrl-C"},
 			&cli.BoolFlag{Name: "poll", Usage: "with --watch: poll even on a local filesystem"},
 			&cli.DurationFlag{Name: "interval", Value: 5 * time.Second, Usage: "with --watch: the polling period"},
-			&cli.DurationFlag{Name: "lease", Usage: "a running trial silent this long is stale (default: soma-trial's default, 5m0s; give the runners' --lease)"},
+			&cli.DurationFlag{Name: "lease", Usage: "a running trial silent this long is stale (give the runners' --lease)", DefaultText: "soma-trial's default, " + study.DefaultGrace.String()},
 			&cli.DurationFlag{Name: "worker-timeout", Value: worker.DefaultHeartbeatTimeout, Usage: "a soma-worker silent this long is listed dead (the workers' --timeout)"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "list every problem, the packs and the number of files opened"},
 		},
@@ -85,6 +88,9 @@ func statusAction(c *cli.Context) error {
 	}
 	if c.Int("top") < 0 {
 		return usagef("--top %d: want 0 or more", c.Int("top"))
+	}
+	if d := c.Duration("lease"); d < 0 {
+		return usagef("--lease %s: want the runners' --lease (0: soma-trial's default)", d)
 	}
 	if (c.Bool("poll") || c.IsSet("interval")) && !c.Bool("watch") {
 		return usagef("--poll and --interval go with --watch")

@@ -6,6 +6,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/soma-hpc/soma/internal/status"
+	"github.com/soma-hpc/soma/study"
 )
 
 const trialsDescription = `Writes every attempt of a study (retries and superseded attempts too),
@@ -34,12 +35,15 @@ func newTrialsCommand() *cli.Command {
 			&cli.StringFlag{Name: "study", Aliases: []string{"s"}, Usage: "the study (required)"},
 			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: "csv", Usage: "csv, json (one array) or jsonl (one object per line)"},
 			&cli.BoolFlag{Name: "curves", Usage: "add each attempt's reason and intermediate curve (one more file read per attempt)"},
-			&cli.DurationFlag{Name: "lease", Usage: "a running trial silent this long reads stale (default 5m0s)"},
+			&cli.DurationFlag{Name: "lease", Usage: "a running trial silent this long reads stale (give the runners' --lease)", DefaultText: study.DefaultGrace.String()},
 		},
 		Action: func(c *cli.Context) error {
 			root, name, err := rootAndStudy(c, 0)
 			if err != nil {
 				return err
+			}
+			if d := c.Duration("lease"); d < 0 {
+				return usagef("--lease %s: want the runners' --lease (0: soma-trial's default)", d)
 			}
 			switch f := c.String("format"); f {
 			case status.FormatCSV, status.FormatJSON, status.FormatJSONL:

@@ -541,7 +541,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 		}
 		v, err := strconv.ParseFloat(l, 64)
 		if err != nil {
-			res.Reason = fmt.Sprintf("no score: the last line of stdout is %q, not a number", truncate(l, 80))
+			res.Reason = fmt.Sprintf("no score: the last line of stdout is %q, %s", truncate(l, 80), notNumber(err))
 			return res, nil
 		}
 		res.Score, res.HasScore = v, true
@@ -613,19 +613,28 @@ func parseLine(s string) (kind string, step int64, val float64, err error) {
 		}
 		val, err = strconv.ParseFloat(f[2], 64)
 		if err != nil {
-			return "", 0, 0, fmt.Errorf("%q: value is not a number", truncate(s, 80))
+			return "", 0, 0, fmt.Errorf("%q: value is %s", truncate(s, 80), notNumber(err))
 		}
 		return "report", step, val, nil
 	case len(f) == 2 && f[0] == "final":
 		val, err = strconv.ParseFloat(f[1], 64)
 		if err != nil {
-			return "", 0, 0, fmt.Errorf("%q: score is not a number", truncate(s, 80))
+			return "", 0, 0, fmt.Errorf("%q: score is %s", truncate(s, 80), notNumber(err))
 		}
 		return "final", 0, val, nil
 	case len(f) == 0:
 		return "", 0, 0, nil
 	}
 	return "", 0, 0, fmt.Errorf("%q: want \"report <step> <value>\" or \"final <score>\"", truncate(s, 80))
+}
+
+// notNumber says why strconv.ParseFloat refused a score: "1e400" is a
+// number out of float64's range, not "not a number" (issue 16).
+func notNumber(err error) string {
+	if errors.Is(err, strconv.ErrRange) {
+		return "out of float64's range (±1.8e308)"
+	}
+	return "not a number"
 }
 
 func buildEnv(o Options) []string {

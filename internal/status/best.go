@@ -29,6 +29,9 @@ type Best struct {
 	Time      time.Time       `json:"time"`
 	// Done is how many trials are done (the best is the best of them).
 	Done int `json:"done"`
+	// Unreadable are the records that could not be read: the true best
+	// may be among them, so soma best warns (issue 16: it said nothing).
+	Unreadable []error `json:"-"`
 
 	values []study.KV
 }
@@ -85,18 +88,19 @@ func FindBest(ctx context.Context, st *study.Study) (*Best, error) {
 		return nil, err
 	}
 	return &Best{
-		Study:     st.Name(),
-		Direction: st.Direction().String(),
-		Metric:    st.Spec().Metric,
-		Trial:     r.Number,
-		Attempt:   r.Attempt,
-		Score:     r.Score,
-		Point:     pj,
-		PointText: r.PointText,
-		Who:       Who{Host: r.Who.Host, PID: r.Who.PID, Job: r.Who.Job},
-		Time:      r.Time,
-		Done:      snap.Counts()[study.StateDone],
-		values:    st.Space().Values(r.Point),
+		Study:      st.Name(),
+		Direction:  st.Direction().String(),
+		Metric:     st.Spec().Metric,
+		Trial:      r.Number,
+		Attempt:    r.Attempt,
+		Score:      r.Score,
+		Point:      pj,
+		PointText:  r.PointText,
+		Who:        Who{Host: r.Who.Host, PID: r.Who.PID, Job: r.Who.Job},
+		Time:       r.Time,
+		Done:       snap.Counts()[study.StateDone],
+		Unreadable: snap.Corrupt,
+		values:     st.Space().Values(r.Point),
 	}, nil
 }
 

@@ -72,8 +72,14 @@ func Logs(ctx context.Context, st *study.Study, root string, o LogOptions, w io.
 		return fmt.Errorf("no output kept for trial %d attempt %d of %s: no log index in %s names it (the attempt ran with another --root, or its objective never started)", rec.Number, rec.Attempt, st.Name(), trialrun.LogDir(root, st.Name()))
 	}
 	if ok {
-		if o.Stderr && end == off {
-			fmt.Fprintf(o.Notes, "(trial %d attempt %d wrote nothing to stderr)\n", rec.Number, rec.Attempt)
+		if end == off {
+			// Said for stdout too: an empty stdout printed nothing at
+			// all while an empty stderr was noted (issue 16).
+			stream := "stdout"
+			if o.Stderr {
+				stream = "stderr"
+			}
+			fmt.Fprintf(o.Notes, "(trial %d attempt %d wrote nothing to %s)\n", rec.Number, rec.Attempt, stream)
 		}
 		if off, err = trialrun.CopyRange(path, off, end, w); err != nil {
 			return err

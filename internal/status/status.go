@@ -167,6 +167,25 @@ func (v *Viewer) renderText(w io.Writer, views []*View, problems []string) error
 			return err
 		}
 	}
+	// Each study's unreadable records and foreign names, which the
+	// summary only counts. (Bug: "(6 foreign)" was never named, even with
+	// --verbose; issue 16.)
+	named := 0
+	for _, view := range views {
+		for _, p := range append(slices.Clip(view.Problems), view.Foreign...) {
+			if v.o.Verbose {
+				if _, err := fmt.Fprintf(w, "problem  %s\n", p); err != nil {
+					return err
+				}
+			}
+			named++
+		}
+	}
+	if named > 0 && !v.o.Verbose {
+		if _, err := fmt.Fprintf(w, "(%d problems: --verbose lists them, or --study NAME)\n", named); err != nil {
+			return err
+		}
+	}
 	if v.o.Verbose {
 		_, err = fmt.Fprintf(w, "read %s\n", v.s.Opened())
 	}

@@ -76,6 +76,9 @@ func Open(root string) (*Store, error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, &RootError{Root: root, Problem: "no such folder", Fix: "check the path; 'soma init ROOT --study NAME --spec FILE' or soma-trial --root creates a store", Err: fsstore.ErrNotFound}
+	case errors.Is(err, syscall.ENOTDIR):
+		// (It said "stat ROOT: not a directory"; issue 16.)
+		return nil, &RootError{Root: root, Problem: "a folder above it is a file", Fix: "give the folder passed to soma-trial --root", Err: err}
 	case err != nil:
 		return nil, &RootError{Root: root, Problem: err.Error(), Err: err}
 	case !fi.IsDir():
@@ -85,6 +88,11 @@ func Open(root string) (*Store, error) {
 	switch {
 	case errors.Is(err, fsstore.ErrNewerFormat):
 		return nil, &RootError{Root: root, Problem: "written by a newer soma", Fix: "upgrade soma on this machine", Err: err}
+	case errors.Is(err, fsstore.ErrNotStore) && strings.Contains(err.Error(), "write it back"):
+		// A store that lost its soma.json: fsstore's message says how to
+		// write it back (issue 16).
+		_, after, _ := strings.Cut(err.Error(), " has names/")
+		return nil, &RootError{Root: root, Problem: "has names/" + after, Err: err}
 	case errors.Is(err, fsstore.ErrNotStore):
 		return nil, &RootError{Root: root, Problem: "not a soma store (no valid soma.json)", Fix: "give the folder passed to soma-trial --root", Err: err}
 	case errors.Is(err, fsstore.ErrNotFound):

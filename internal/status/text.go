@@ -48,7 +48,7 @@ func WriteText(w io.Writer, v *View, o TextOptions) error {
 	b.WriteByte('\n')
 	switch {
 	case v.Best != nil:
-		fmt.Fprintf(&b, "best     %s %s (trial %s)  %s\n", metric, fnum(*v.Best.Score, 6), trialLabel(*v.Best), shortPoint(v, *v.Best))
+		fmt.Fprintf(&b, "best     %s %s (trial %s)  %s\n", metric, fnum(*v.Best.Score, 6), bestLabel(*v.Best), shortPoint(v, *v.Best))
 	case v.Direction == "unknown":
 		b.WriteString("best     - (the study has no direction, so no score is best)\n")
 	default:
@@ -238,11 +238,21 @@ func pointCells(v *View, r Row) []string {
 	return out
 }
 
+// trialLabel is "3", or "3 (attempt 1)" for a retry, as soma-trial's
+// lines say it. (It was "3.1", which reads as a decimal; issue 16.)
 func trialLabel(r Row) string {
 	if r.Attempt == 0 {
 		return strconv.Itoa(r.Trial)
 	}
-	return fmt.Sprintf("%d.%d", r.Trial, r.Attempt)
+	return fmt.Sprintf("%d (attempt %d)", r.Trial, r.Attempt)
+}
+
+// bestLabel is trialLabel inside the best line's parentheses: "3, attempt 1".
+func bestLabel(r Row) string {
+	if r.Attempt == 0 {
+		return strconv.Itoa(r.Trial)
+	}
+	return fmt.Sprintf("%d, attempt %d", r.Trial, r.Attempt)
 }
 
 // shortPoint returns r's point as "a=1.5 b=adam", numbers shortened.

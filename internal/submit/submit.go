@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/objective"
 	"github.com/soma-hpc/soma/slurm"
 	"github.com/soma-hpc/soma/study"
 )
@@ -165,7 +166,7 @@ func Submit(ctx context.Context, store *fsstore.Store, o Options) (Result, error
 	if err != nil {
 		return Result{}, err
 	}
-	if err := checkStudy(ctx, store, o.Study, o.Spec); err != nil {
+	if err := checkStudy(ctx, store, o.Study, o.Spec, o.Objective); err != nil {
 		return Result{}, err
 	}
 	root := store.Root()
@@ -308,12 +309,16 @@ func check(o Options) error {
 }
 
 // checkStudy checks, reading only, that study name exists with spec's
-// definition, or can be created from spec.
-func checkStudy(ctx context.Context, store *fsstore.Store, name string, spec *study.Spec) error {
+// definition, or can be created from spec, and that the objective's
+// {name} placeholders are its parameters.
+func checkStudy(ctx context.Context, store *fsstore.Store, name string, spec *study.Spec, argv []string) error {
 	st, err := study.Open(ctx, store, name, nil, study.Options{})
 	switch {
 	case errors.Is(err, study.ErrNoStudy) && spec != nil:
-		return spec.Validate() // submitting would create it
+		if err := spec.Validate(); err != nil { // submitting would create it
+			return err
+		}
+		return checkPlaceholders(spec, argv)
 	case errors.Is(err, study.ErrNoStudy):
 		return fmt.Errorf("submit: %w: no study %q in %s (give a spec to create it)", study.ErrNoStudy, name, store.Root())
 	case err != nil:
@@ -326,6 +331,23 @@ func checkStudy(ctx context.Context, store *fsstore.Store, name string, spec *st
 		if !bytes.Equal(st.Spec().Canonical(), spec.Canonical()) {
 			return fmt.Errorf("submit: %w", &study.SpecMismatchError{Study: name, Diff: study.DiffSpec(st.Spec(), spec)})
 		}
+	}
+	return checkPlaceholders(st.Spec(), argv)
+}
+
+// checkPlaceholders refuses a {name} in the objective that is neither a
+// parameter of spec nor one of soma-trial's own ({study}, {trial},
+// {attempt}, {trial_dir}). (Bug: a {typo} was submitted, and every task
+// of the array then failed on it; issue 16.)
+func checkPlaceholders(spec *study.Spec, argv []string) error {
+	knobs := spec.Space.Knobs()
+	params := make([]objective.Param, len(knobs))
+	for i, k := range knobs {
+		params[i] = objective.Param{Name: k.Name}
+	}
+	vars := map[string]string{"study": "", "trial": "", "attempt": "", "trial_dir": ""}
+	if _, err := objective.Substitute(argv, params, vars); err != nil {
+		return fmt.Errorf("submit: %w", err)
 	}
 	return nil
 }
@@ -382,10 +404,21 @@ func note(o Options, root, logDir string) string {
 		b.WriteString(n + "\n\n")
 	}
 	fmt.Fprintf(&b, "soma slurm submit: study %s in %s.\n", o.Study, root)
-	b.WriteString("The study was created or checked at submission; each task joins it and runs\n")
-	b.WriteString("its trials until the budget is reached.\n")
+	// (A dry run said the study "was created or checked" though it
+	// creates nothing, and the trials' logs were said to be per trial,
+	// <trial>.<attempt>.out, though they are per worker; issue 16.)
+	if o.DryRun {
+		b.WriteString("A dry run: nothing was created or submitted. When submitted, the study is\n")
+		b.WriteString("created or checked first; each task joins it and runs its trials until the\n")
+		b.WriteString("budget is reached.\n")
+	} else {
+		b.WriteString("The study was created or checked at submission; each task joins it and runs\n")
+		b.WriteString("its trials until the budget is reached.\n")
+	}
 	fmt.Fprintf(&b, "Slurm logs: %s (the folder must exist before sbatch runs).\n", logDir)
-	fmt.Fprintf(&b, "Each trial's output: %s/<trial>.<attempt>.out and .err.", filepath.Join(root, "logs", o.Study))
+	fmt.Fprintf(&b, "The objectives' output: %s/<host>.<pid>.<worker>.out and .err,\n", filepath.Join(root, "logs", o.Study))
+	fmt.Fprintf(&b, "one pair per soma-trial worker; soma logs %s --study %s TRIAL [--stderr]\n", root, o.Study)
+	b.WriteString("shows one trial's part.")
 	return b.String()
 }
 

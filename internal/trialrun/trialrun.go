@@ -5,6 +5,7 @@
 package trialrun
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -72,8 +73,11 @@ type Summary struct {
 }
 
 // ErrInterrupted is returned when a signal stopped the loop; the attempts
-// that were running are recorded interrupted and will be retried.
-var ErrInterrupted = errors.New("soma-trial: interrupted")
+// that were running are recorded interrupted and will be retried. Run's
+// errors carry no "soma-trial:" prefix: the command adds it (it was
+// printed twice, "soma-trial: soma-trial: interrupted by terminated";
+// issue 16).
+var ErrInterrupted = errors.New("interrupted")
 
 // WorkDir is a trial's working folder, shared by its attempts so that a
 // retry can resume from a checkpoint the interrupted attempt left there.
@@ -112,6 +116,10 @@ type loop struct {
 	watchTimer *time.Timer
 	watchLost  bool // a refresh found the role taken over
 	waiter     bool // guarded by mu
+
+	// How this process's first trials ended (sameFailure), under mu.
+	firstFail  string // the first failure's last line of stderr, or reason
+	firstFails int    // trials ended so far, if every one failed like that
 
 	// The study's logs/<study> and work/<study> folders, opened once
 	// without following links (fsstore.Beneath): an objective's output
@@ -157,7 +165,7 @@ func Run(ctx context.Context, st *study.Study, root string, o Options, sig <-cha
 		l.env = os.Environ() // once, not per trial
 	}
 	if err := l.openDirs(); err != nil {
-		return l.sum, fmt.Errorf("soma-trial: %w", err)
+		return l.sum, fmt.Errorf("the study's logs and work folders: %w", err)
 	}
 	defer l.logDir.Close()
 	defer l.workDir.Close()
@@ -857,10 +865,14 @@ func (l *loop) record(ctx context.Context, w int, run *study.Run, res objective.
 		l.note(n, a, shortPoint(run.Values()), "superseded", "result discarded: a newer attempt exists", res.Duration)
 		return nil
 	case ferr != nil:
-		return fmt.Errorf("soma-trial: record trial %d.%d: %w", n, a, ferr)
+		return fmt.Errorf("record trial %d.%d: %w", n, a, ferr)
 	}
-	if state == study.StateDone || state == study.StatePruned {
-		// Never run again: a folder the objective left empty goes.
+	if state == study.StateDone || state == study.StatePruned || state == study.StateFailed && l.st.Spec().MaxRetries == 0 {
+		// Never run again: a folder the objective left empty goes. A
+		// failure without retries is final too. (Bug: failed trials kept
+		// their empty folders, though the README said only folders with
+		// something in them stay; issue 16.) With retries a failure's
+		// folder stays: its retry may already run in it.
 		l.removeIfEmpty(dir)
 	}
 	detail := ""
@@ -871,9 +883,60 @@ func (l *loop) record(ctx context.Context, w int, run *study.Run, res objective.
 		detail = fmt.Sprintf("at step %d (value %.6g)", res.PrunedAt, score)
 	default:
 		detail = firstLine(res.Reason)
+		// The last line of stderr, which the record keeps too, says why
+		// more often than "exit status 1" (issue 16: a missing numpy
+		// showed only in soma logs --stderr).
+		if last := lastLine(res.StderrTail); state == study.StateFailed && last != "" {
+			detail += ": " + last
+		}
 	}
 	l.note(n, a, shortPoint(run.Values()), string(state), detail, res.Duration)
+	if state == study.StateFailed {
+		l.sameFailure(cmp.Or(lastLine(res.StderrTail), firstLine(res.Reason)))
+	} else if state == study.StateDone || state == study.StatePruned {
+		l.sameFailure("")
+	}
 	return nil
+}
+
+// sameFailures is how many of a process's first trials must fail the
+// same way before sameFailure says so.
+const sameFailures = 3
+
+// sameFailure follows how this process's first trials end (why: the
+// failure's key; "" for a trial that did not fail) and, once its first
+// sameFailures trials have all failed the same way, says so on the log,
+// once, loudly: an objective that cannot work (a python3 without numpy)
+// otherwise fails the whole budget one quiet line at a time (issue 16).
+func (l *loop) sameFailure(why string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.firstFails < 0: // decided: not all the same
+		return
+	case why == "" || l.firstFails > 0 && why != l.firstFail:
+		l.firstFails = -1
+		return
+	}
+	l.firstFail = why
+	l.firstFails++
+	if l.firstFails == sameFailures {
+		l.logf("soma-trial: WARNING: the first %d trials all failed the same way: %s\n"+
+			"soma-trial: WARNING: the objective may fail every trial; try it by hand, or see soma logs %s --study %s TRIAL --stderr",
+			sameFailures, why, l.root, l.st.Name())
+	}
+}
+
+// lastLine is the last non-blank line of s, trimmed and cut to 200 bytes.
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = strings.TrimSpace(s[i+1:])
+	}
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
 }
 
 // host is this host's name as it appears in log file names.
