@@ -97,6 +97,7 @@ func Open(root string, opts Options) (*Store, error) {
 		link:     linkat,
 	}
 	s.fds.tmpFD = -1
+	s.fds.blobDirs.max = 256 // every blobs/sha256/<2 hex>
 	if s.parallel <= 0 {
 		s.parallel = max(8, 4*runtime.GOMAXPROCS(0))
 	}
@@ -166,6 +167,7 @@ func (s *Store) closeFDs() {
 		unix.Close(s.fds.tmpFD)
 	}
 	s.fds.dirs.closeAll()
+	s.fds.blobDirs.closeAll()
 }
 
 // readMarker reads soma.json, not through a link.
@@ -272,12 +274,17 @@ func (t tempFile) remove() { _ = unix.Unlinkat(t.dir, t.name, 0) }
 
 // writeTemp writes r to a new unique file in tmp/, fsyncs and closes it,
 // checking the errors of both. If h is non-nil every byte also goes to it.
+// Its mtime is not read (tempFile.mtime is zero): see writeTempMode.
 func (s *Store) writeTemp(r io.Reader, h io.Writer) (tempFile, error) {
-	return s.writeTempMode(r, h, 0o666)
+	return s.writeTempMode(r, h, 0o666, false)
 }
 
-// writeTempMode is writeTemp with the file made with mode (less umask).
-func (s *Store) writeTempMode(r io.Reader, h io.Writer, mode uint32) (tempFile, error) {
+// writeTempMode is writeTemp with the file made with mode (less umask),
+// and with timed, its mtime as the file server stamped it read back
+// (fstat after the fsync) into tempFile.mtime: a round trip (GETATTR on
+// NFS), so only for the writes that report a time (Bind, Now). A claim
+// did it too and never used it (issue 18: one GETATTR per trial).
+func (s *Store) writeTempMode(r io.Reader, h io.Writer, mode uint32, timed bool) (tempFile, error) {
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	name := s.prefix + strconv.FormatUint(s.seq.Add(1), 10) + "-" + hex.EncodeToString(rnd[:])
@@ -316,17 +323,19 @@ func (s *Store) writeTempMode(r io.Reader, h io.Writer, mode uint32) (tempFile, 
 	if err := fsync(fd); err != nil {
 		return tempFile{}, fmt.Errorf("fsstore: fsync %s: %w", path, err)
 	}
-	// fstat after fsync: the server's post-write attributes.
-	var st unix.Stat_t
-	if err := fstatRaw(fd, &st); err != nil {
-		return tempFile{}, fmt.Errorf("fsstore: stat %s: %w", path, err)
+	if timed {
+		// fstat after fsync: the server's post-write attributes.
+		var st unix.Stat_t
+		if err := fstatRaw(fd, &st); err != nil {
+			return tempFile{}, fmt.Errorf("fsstore: stat %s: %w", path, err)
+		}
+		t.mtime = mtime(&st)
 	}
 	ok = true
 	if err := unix.Close(fd); err != nil {
 		t.remove()
 		return tempFile{}, fmt.Errorf("fsstore: close %s: %w", path, err)
 	}
-	t.mtime = mtime(&st)
 	return t, nil
 }
 
@@ -550,7 +559,7 @@ func (s *Store) bind(ctx context.Context, name string, d Digest, meta Meta, mode
 	if err := s.checkWrite(ctx, name, d); err != nil {
 		return Bound{}, fmt.Errorf("bind %s: %w", name, err)
 	}
-	tmp, err := s.writeTempMode(bytes.NewReader(encodeRecord(d, meta)), nil, mode)
+	tmp, err := s.writeTempMode(bytes.NewReader(encodeRecord(d, meta)), nil, mode, true)
 	if err != nil {
 		return Bound{}, fmt.Errorf("bind %s: %w", name, err)
 	}
@@ -593,11 +602,9 @@ func (s *Store) bind(ctx context.Context, name string, d Digest, meta Meta, mode
 		unix.Close(pfd)
 		return Bound{}, fmt.Errorf("bind %s: %w", name, err)
 	}
-	if mode&sealBit != 0 {
-		unix.Close(pfd) // the name's last binding (Seal)
-	} else {
-		s.fds.dirs.put(dir, pfd)
-	}
+	// Kept open after a Seal too: the trial loop looks next for a retry
+	// of the attempt it sealed, in the same folder (openName).
+	s.fds.dirs.put(dir, pfd)
 	return Bound{Name: name, Digest: d, Meta: meta, Time: tmp.mtime}, nil
 }
 
@@ -660,7 +667,7 @@ func (s *Store) Probe(ctx context.Context, name string) (Presence, error) {
 	// link would count as an ended trial nobody reads. On NFS an O_PATH
 	// open sends nothing to the server (no OPEN); the fstat is the
 	// GETATTR that lstat would send.
-	fd, err := s.openBeneath("names/"+name, unix.O_PATH, 0)
+	fd, err := s.openName(name, unix.O_PATH)
 	switch {
 	case isForeign(err):
 		ce := s.foreign(name, Digest{}, "names/"+name)
@@ -734,7 +741,7 @@ func (s *Store) Exists(ctx context.Context, name string) (bool, error) {
 // for a regular file).
 func (s *Store) readRecord(name string) (Bound, error) {
 	path := s.namePath(name)
-	fd, err := s.openBeneath("names/"+name, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	fd, err := s.openName(name, unix.O_RDONLY|unix.O_NONBLOCK)
 	if err != nil {
 		if isForeign(err) {
 			return Bound{}, s.foreign(name, Digest{}, "names/"+name)
@@ -859,7 +866,7 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return time.Time{}, err
 	}
-	tmp, err := s.writeTemp(bytes.NewReader(nil), nil)
+	tmp, err := s.writeTempMode(bytes.NewReader(nil), nil, 0o666, true)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("server time: %w", err)
 	}

@@ -21,6 +21,7 @@ package slowfs
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"sync"
@@ -39,6 +40,10 @@ type Options struct {
 	// Delay is waited in every metadata operation (see Metadata) before
 	// it is done: the round trip to a file server. Zero waits nothing.
 	Delay time.Duration
+	// Trace, if set, gets one line per request: its kind, the path of
+	// the node it is on (as learned from earlier replies) and the name
+	// it names, if any. For finding where round trips come from.
+	Trace io.Writer
 }
 
 // Available reports whether this process can mount a slowfs, and if not
@@ -177,7 +182,7 @@ func New(dir, backing string, o Options) (*Mount, error) {
 		},
 	}
 	c := &counter{n: Counts{}}
-	raw := &slowRaw{RawFileSystem: fs.NewNodeFS(root, opts), count: c, delay: o.Delay}
+	raw := &slowRaw{RawFileSystem: fs.NewNodeFS(root, opts), count: c, delay: o.Delay, trace: o.Trace}
 	server, err := fuse.NewServer(raw, dir, &opts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("slowfs: mount %s: %w", dir, err)

@@ -3,7 +3,7 @@
 // nothing in the kernel, and counts operations by kind. scripts/slowfs.sh
 // starts and stops it; use that.
 //
-//	slowfs serve -backing DIR -ctl SOCK [-delay 1ms] MOUNTPOINT
+//	slowfs serve -backing DIR -ctl SOCK [-delay 1ms] [-trace FILE] MOUNTPOINT
 //	slowfs counts -ctl SOCK [-reset]
 //
 // serve mounts, answers the counters on the unix socket SOCK, and runs
@@ -66,6 +66,7 @@ func serve(args []string) error {
 	backing := fl.String("backing", "", "the folder the mount shows (on a local disk)")
 	sock := fl.String("ctl", "", "the unix socket to answer the counters on")
 	delay := fl.Duration("delay", time.Millisecond, "the wait in every metadata operation")
+	trace := fl.String("trace", "", "write one line per request to this file (kind, path, name)")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -74,7 +75,16 @@ func serve(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	m, err := slowfs.New(fl.Arg(0), *backing, slowfs.Options{Delay: *delay})
+	o := slowfs.Options{Delay: *delay}
+	if *trace != "" {
+		f, err := os.Create(*trace)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		o.Trace = f
+	}
+	m, err := slowfs.New(fl.Arg(0), *backing, o)
 	if err != nil {
 		return err
 	}
