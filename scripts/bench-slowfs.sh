@@ -120,6 +120,9 @@ for r in runs:
     by.setdefault(r["run"]["p"], {})[r["run"]["kind"]] = r["run"]["per_s"]
 ratios = ["P=%d %.1fx" % (p, v["soma"] / v["optuna-exec"]) for p, v in sorted(by.items())
           if v.get("soma") and v.get("optuna-exec")]
+errs = [(r["run"]["kind"], r["run"]["p"], e) for r in runs for e in r["run"].get("errors") or []]
+for kind, p, e in errs[:10]:
+    print("error (%s, P=%d): %s" % (kind, p, e[:300]))
 if ratios:
     print()
     print("soma/Optuna trials/s: " + ", ".join(ratios) + " (goal: at least 4x at every P).")
