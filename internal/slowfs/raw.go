@@ -8,6 +8,7 @@ import (
 	"io"
 	"path"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -28,6 +29,22 @@ type slowRaw struct {
 
 var _ fuse.RawFileSystem = (*slowRaw)(nil)
 
+// stale turns ENOENT into ESTALE for a request on a node (not on a
+// name in a folder): the node's file was removed or replaced since the
+// kernel looked it up. go-fuse's loopback reaches a node's file by its
+// path and so answers ENOENT, where an NFS server answers ESTALE for a
+// file handle whose file is gone; and Linux treats the two differently:
+// on ESTALE a path-based call (open, stat) looks the path up again
+// (LOOKUP_REVAL), as NFS clients rely on, while ENOENT reaches the
+// program. Measured: without this, Resolve of a name that a rename
+// rebinds all the time read "not found" here, which NFS never answers.
+func stale(st fuse.Status) fuse.Status {
+	if st == fuse.ENOENT {
+		return fuse.Status(syscall.ESTALE)
+	}
+	return st
+}
+
 // path returns the path of node id as learned from replies; traceMu held.
 func (r *slowRaw) path(id uint64) string {
 	if id == fuse.FUSE_ROOT_ID {
@@ -41,7 +58,13 @@ func (r *slowRaw) path(id uint64) string {
 
 // learn records that name in node parent is node id (trace only).
 func (r *slowRaw) learn(st fuse.Status, parent uint64, name string, id uint64) {
-	if r.trace == nil || !st.Ok() {
+	if r.trace == nil {
+		return
+	}
+	if !st.Ok() {
+		r.traceMu.Lock()
+		fmt.Fprintf(r.trace, "= %v\n", st)
+		r.traceMu.Unlock()
 		return
 	}
 	r.traceMu.Lock()
@@ -100,12 +123,12 @@ func (r *slowRaw) Lookup(cancel <-chan struct{}, header *fuse.InHeader, name str
 
 func (r *slowRaw) GetAttr(cancel <-chan struct{}, input *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
 	r.op("GETATTR", &input.InHeader, "")
-	return r.RawFileSystem.GetAttr(cancel, input, out)
+	return stale(r.RawFileSystem.GetAttr(cancel, input, out))
 }
 
 func (r *slowRaw) SetAttr(cancel <-chan struct{}, input *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
 	r.op("SETATTR", &input.InHeader, "")
-	return r.RawFileSystem.SetAttr(cancel, input, out)
+	return stale(r.RawFileSystem.SetAttr(cancel, input, out))
 }
 
 func (r *slowRaw) Mknod(cancel <-chan struct{}, input *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
@@ -153,12 +176,13 @@ func (r *slowRaw) Symlink(cancel <-chan struct{}, header *fuse.InHeader, pointed
 
 func (r *slowRaw) Readlink(cancel <-chan struct{}, header *fuse.InHeader) ([]byte, fuse.Status) {
 	r.op("READLINK", header, "")
-	return r.RawFileSystem.Readlink(cancel, header)
+	b, st := r.RawFileSystem.Readlink(cancel, header)
+	return b, stale(st)
 }
 
 func (r *slowRaw) Access(cancel <-chan struct{}, input *fuse.AccessIn) fuse.Status {
 	r.op("ACCESS", &input.InHeader, "")
-	return r.RawFileSystem.Access(cancel, input)
+	return stale(r.RawFileSystem.Access(cancel, input))
 }
 
 func (r *slowRaw) GetXAttr(cancel <-chan struct{}, header *fuse.InHeader, attr string, dest []byte) (uint32, fuse.Status) {
@@ -195,7 +219,7 @@ func (r *slowRaw) Tmpfile(cancel <-chan struct{}, input *fuse.CreateIn, out *fus
 
 func (r *slowRaw) Open(cancel <-chan struct{}, input *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	r.op("OPEN", &input.InHeader, "")
-	return r.RawFileSystem.Open(cancel, input, out)
+	return stale(r.RawFileSystem.Open(cancel, input, out))
 }
 
 func (r *slowRaw) Read(cancel <-chan struct{}, input *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
@@ -255,7 +279,7 @@ func (r *slowRaw) Flush(cancel <-chan struct{}, input *fuse.FlushIn) fuse.Status
 
 func (r *slowRaw) Fsync(cancel <-chan struct{}, input *fuse.FsyncIn) fuse.Status {
 	r.op("FSYNC", &input.InHeader, "")
-	return r.RawFileSystem.Fsync(cancel, input)
+	return stale(r.RawFileSystem.Fsync(cancel, input))
 }
 
 func (r *slowRaw) Fallocate(cancel <-chan struct{}, input *fuse.FallocateIn) fuse.Status {
@@ -265,7 +289,7 @@ func (r *slowRaw) Fallocate(cancel <-chan struct{}, input *fuse.FallocateIn) fus
 
 func (r *slowRaw) OpenDir(cancel <-chan struct{}, input *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	r.op("OPENDIR", &input.InHeader, "")
-	return r.RawFileSystem.OpenDir(cancel, input, out)
+	return stale(r.RawFileSystem.OpenDir(cancel, input, out))
 }
 
 func (r *slowRaw) ReadDir(cancel <-chan struct{}, input *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
@@ -280,7 +304,7 @@ func (r *slowRaw) ReadDirPlus(cancel <-chan struct{}, input *fuse.ReadIn, out *f
 
 func (r *slowRaw) FsyncDir(cancel <-chan struct{}, input *fuse.FsyncIn) fuse.Status {
 	r.op("FSYNCDIR", &input.InHeader, "")
-	return r.RawFileSystem.FsyncDir(cancel, input)
+	return stale(r.RawFileSystem.FsyncDir(cancel, input))
 }
 
 func (r *slowRaw) StatFs(cancel <-chan struct{}, input *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
@@ -290,5 +314,5 @@ func (r *slowRaw) StatFs(cancel <-chan struct{}, input *fuse.InHeader, out *fuse
 
 func (r *slowRaw) Statx(cancel <-chan struct{}, input *fuse.StatxIn, out *fuse.StatxOut) fuse.Status {
 	r.op("STATX", &input.InHeader, "")
-	return r.RawFileSystem.Statx(cancel, input, out)
+	return stale(r.RawFileSystem.Statx(cancel, input, out))
 }
