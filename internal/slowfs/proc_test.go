@@ -33,11 +33,7 @@ func TestClaimTestsOnSlowFS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := m.Unmount(); err != nil {
-			t.Error(err)
-		}
-	})
+	t.Cleanup(func() { unmount(t, m) })
 	bin := t.TempDir()
 	for _, tc := range []struct{ pkg, run string }{
 		{"fsstore", "TestClaimRaceProcesses|TestKillWriterNeverTears|TestConcurrentCreate"},

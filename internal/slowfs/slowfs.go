@@ -25,6 +25,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -218,6 +219,24 @@ func (m *Mount) Unmount() error {
 		return fmt.Errorf("slowfs: unmount %s: %w", m.dir, err)
 	}
 	m.server.Wait()
+	m.mounted = false
+	return nil
+}
+
+// Detach unmounts the filesystem lazily (umount2 with MNT_DETACH): it
+// leaves the namespace at once, and the kernel lets it go when the last
+// file open in it is closed. For cleanups after Unmount failed, so that
+// no dead mount outlives its server (a test that failed with a store
+// still open left such mounts behind).
+func (m *Mount) Detach() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.mounted {
+		return nil
+	}
+	if err := syscall.Unmount(m.dir, syscall.MNT_DETACH); err != nil {
+		return fmt.Errorf("slowfs: detach %s: %w", m.dir, err)
+	}
 	m.mounted = false
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/soma-hpc/soma/internal/slowfs"
@@ -24,12 +25,19 @@ func mount(t *testing.T) (*slowfs.Mount, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := m.Unmount(); err != nil {
+	t.Cleanup(func() { unmount(t, m) })
+	return m, backing
+}
+
+// unmount unmounts m, or if it is busy, reports that and detaches it, so
+// that no dead mount outlives the test.
+func unmount(t *testing.T, m *slowfs.Mount) {
+	if err := m.Unmount(); err != nil {
+		t.Error(err)
+		if err := m.Detach(); err != nil {
 			t.Error(err)
 		}
-	})
-	return m, backing
+	}
 }
 
 func errString(err error) string {
@@ -155,5 +163,40 @@ func TestNewRefusesNegativeDelay(t *testing.T) {
 	testutil.Need(t, err == nil, "FUSE: "+errString(err))
 	if _, err := slowfs.New(t.TempDir(), t.TempDir(), slowfs.Options{Delay: -1}); err == nil {
 		t.Error("New with a negative delay: no error")
+	}
+}
+
+// A mount with a file open in it cannot be unmounted (EBUSY), but can be
+// detached, after which it is gone from the mount table: what cleanups
+// do so that a failed test leaves no dead mount behind.
+func TestDetachBusy(t *testing.T) {
+	err := slowfs.Available()
+	testutil.Need(t, err == nil, "FUSE: "+errString(err))
+	dir := t.TempDir()
+	m, err := slowfs.New(dir, t.TempDir(), slowfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(dir, "open"))
+	if err != nil {
+		m.Detach()
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := m.Unmount(); err == nil {
+		t.Error("Unmount with a file open: no error, want EBUSY")
+	}
+	if err := m.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), " "+dir+" ") {
+		t.Errorf("%s still mounted after Detach", dir)
+	}
+	if err := m.Unmount(); err != nil {
+		t.Errorf("Unmount after Detach = %v, want nil (nothing left to do)", err)
 	}
 }

@@ -104,8 +104,12 @@ func serve(args []string) error {
 	// fail with EBUSY; it is usually one that is about to exit.
 	for i := 0; ; i++ {
 		err := m.Unmount()
-		if err == nil || i == 50 {
-			return err
+		if err == nil {
+			return nil
+		}
+		if i == 50 {
+			// Still busy after 10 s: leave no dead mount behind.
+			return errors.Join(err, m.Detach())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
