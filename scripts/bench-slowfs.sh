@@ -8,7 +8,8 @@
 # file-server operations per trial by kind (the whole run's count divided
 # by N: the once-per-run costs spread over the trials); then the
 # operations of one `soma status` of studies of STATUS_N trials (made by
-# internal/synth/synthstudy), unpacked and packed (as soma gc packs).
+# internal/synth/synthstudy), unpacked and packed (as soma gc packs; it
+# leaves fewer than 256 ended trials unpacked, so give STATUS_N >= 256).
 #
 #   bash scripts/bench-slowfs.sh                  # N=300, P in 1 4 8, DELAY=1ms, STATUS_N="1000 10000"
 #   N=100 PS="1 8" bash scripts/bench-slowfs.sh
