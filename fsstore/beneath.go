@@ -78,10 +78,42 @@ type beneath struct {
 	tmpFD int // tmp/, opened on first use; -1: not yet
 
 	dirs dirCache // name folders that writes used last
+
+	// blobDirs are the blob folders (blobs/sha256/<2 hex>) that Put used
+	// last: a Put of bytes already stored (the empty curve of every
+	// trial) refreshes the blob relative to its folder, without walking
+	// the folder's path again (3 lookups on NFS without a lookup cache).
+	blobDirs dirCache
 }
 
 func (s *Store) openBeneath(rel string, flags int, mode uint32) (int, error) {
 	return s.fds.root.open(rel, flags, mode)
+}
+
+// openName opens the file of name with flags, following no link, as
+// openBeneath("names/"+name) does; but where a write left the name's
+// folder open (dirCache: the running attempt's trial folder), relative to
+// it: one lookup of the leaf instead of one per component of the path,
+// each a round trip on NFS without a lookup cache (measured on
+// internal/slowfs: the look for a retry after each result went from 6
+// LOOKUPs to 1). The leaf is still looked up on the server (an open of a
+// known name, DESIGN.md); a folder removed meanwhile is noticed
+// (dirAlive) and the name is then opened by its path. A link at the leaf
+// is not followed: O_NOFOLLOW (ELOOP, or with O_PATH the link itself, as
+// openBeneath's fallback gives it).
+func (s *Store) openName(name string, flags int) (int, error) {
+	dir, leaf := nameDir(name)
+	pfd, ok := s.fds.dirs.take(dir)
+	if !ok {
+		return s.openBeneath("names/"+name, flags, 0)
+	}
+	fd, err := openatRetry(pfd, leaf, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil && goneDir(err) && !dirAlive(pfd) {
+		unix.Close(pfd)
+		return s.openBeneath("names/"+name, flags, 0)
+	}
+	s.fds.dirs.put(dir, pfd)
+	return fd, err
 }
 
 func (s *Store) openDir(rel string, create bool) (int, error) {

@@ -56,18 +56,32 @@ func (s *Store) Put(ctx context.Context, b []byte) (Digest, error) {
 // GC could remove it between this Put and the caller's Bind.
 func (s *Store) haveBlob(d Digest) (bool, error) {
 	dir, leaf := blobRel(d)
-	pfd, err := s.openDir(dir, false)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return false, nil
-	case isForeign(err):
-		return false, fmt.Errorf("put %s: %w", d, s.foreign("", d, dir+"/"+leaf))
-	case err != nil:
-		return false, fmt.Errorf("put %s: %w", d, err)
+	// The folder as the last Put left it open (blobDirs), else opened by
+	// its path; it goes back to the cache when done.
+	pfd, cached := s.fds.blobDirs.take(dir)
+	if !cached {
+		var err error
+		pfd, err = s.openDir(dir, false)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return false, nil
+		case isForeign(err):
+			return false, fmt.Errorf("put %s: %w", d, s.foreign("", d, dir+"/"+leaf))
+		case err != nil:
+			return false, fmt.Errorf("put %s: %w", d, err)
+		}
 	}
-	defer unix.Close(pfd)
 	var st unix.Stat_t
-	err = unix.Fstatat(pfd, leaf, &st, unix.AT_SYMLINK_NOFOLLOW)
+	err := unix.Fstatat(pfd, leaf, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if cached && goneDir(err) {
+		// No blob there, or the cached folder was removed (by hand: GC
+		// removes blobs, not their folders; NFS says ESTALE): store the
+		// bytes anew, through the folder at the path (publishBlob, which
+		// caches that one).
+		unix.Close(pfd)
+		return false, nil
+	}
+	defer s.fds.blobDirs.put(dir, pfd)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return false, nil
@@ -127,7 +141,7 @@ func (s *Store) publishBlob(tmp tempFile, d Digest) error {
 	if err != nil {
 		return fmt.Errorf("put %s: %w", d, err)
 	}
-	defer unix.Close(pfd)
+	defer s.fds.blobDirs.put(dir, pfd) // for the next Put into it (haveBlob)
 	err = linkat(tmp.dir, tmp.name, pfd, leaf)
 	// EEXIST: the same bytes are already there (or a writer raced us with
 	// them); content addressing makes that success.

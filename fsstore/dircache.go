@@ -26,6 +26,7 @@ const dirCacheMax = 64
 // would keep receiving that process's writes, as the store's root
 // itself would.
 type dirCache struct {
+	max   int // the most kept open; zero means dirCacheMax
 	mu    sync.Mutex
 	fds   map[string]int
 	order []string // cached folders, oldest first
@@ -50,7 +51,7 @@ func (c *dirCache) take(rel string) (int, bool) {
 }
 
 // put caches fd as the folder rel, closing the oldest cached one beyond
-// dirCacheMax; if rel is cached already, it closes fd instead.
+// c.max; if rel is cached already, it closes fd instead.
 func (c *dirCache) put(rel string, fd int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -63,7 +64,11 @@ func (c *dirCache) put(rel string, fd int) {
 	}
 	c.fds[rel] = fd
 	c.order = append(c.order, rel)
-	if len(c.order) > dirCacheMax {
+	limit := c.max
+	if limit == 0 {
+		limit = dirCacheMax
+	}
+	if len(c.order) > limit {
 		old := c.order[0]
 		c.order = c.order[1:]
 		unix.Close(c.fds[old])
@@ -79,4 +84,17 @@ func (c *dirCache) closeAll() {
 		unix.Close(fd)
 	}
 	c.fds, c.order = nil, nil
+}
+
+// dirAlive reports whether the folder fd is still in the tree: false once
+// it was removed (its link count is 0 on a local filesystem; NFS answers
+// ESTALE). A lookup relative to a cached folder that finds nothing asks
+// this before it believes it, since in a removed folder every name is
+// missing.
+func dirAlive(fd int) bool {
+	var st unix.Stat_t
+	if err := fstatRaw(fd, &st); err != nil {
+		return false
+	}
+	return st.Nlink > 0
 }

@@ -158,3 +158,123 @@ func TestClaimNewAfterParentRemoved(t *testing.T) {
 		})
 	}
 }
+
+// Reads of a name whose folder a write left open (openName: Probe and
+// Resolve relative to the cached folder) must see what is at the name's
+// path now. Bug this guards against (issue 18's cut of the retry look to
+// one lookup): in a removed folder every name is missing, so a cached
+// descriptor of it would report a record bound since in the folder made
+// anew as not found, unless the read notices the folder is gone
+// (dirAlive) and goes by the path; and a link at the path must still be
+// refused.
+func TestReadAfterFolderRemoved(t *testing.T) {
+	ctx := context.Background()
+	d := Sum([]byte("x"))
+	for _, tc := range []struct {
+		name    string
+		replace func(t *testing.T, s *Store, dir, outside string)
+		want    error // of Resolve("t/0/1"); nil: found
+		probe   Presence
+	}{
+		{"made again with a record", func(t *testing.T, s *Store, dir, _ string) {
+			// Another process (a Store of its own) makes the folder anew
+			// and binds the retry in it.
+			other, err := Open(s.Root(), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.closeFDs()
+			if won, err := other.ClaimNew(ctx, "t/0/1", d, Meta{{"v", "retry"}}); !won || err != nil {
+				t.Fatalf("ClaimNew(t/0/1) = %v, %v", won, err)
+			}
+		}, nil, Present},
+		{"removed", func(t *testing.T, s *Store, dir, _ string) {}, ErrNotFound, Missing},
+		{"a link in its place", func(t *testing.T, s *Store, dir, outside string) {
+			if err := os.WriteFile(filepath.Join(outside, "1"), encodeRecord(d, Meta{{"v", "outside"}}), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(outside, dir); err != nil {
+				t.Fatal(err)
+			}
+		}, ErrForeign, Missing},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t)
+			outside := t.TempDir()
+			if won, err := s.ClaimNew(ctx, "t/0/0", d, Meta{{"v", "claim"}}); !won || err != nil {
+				t.Fatalf("ClaimNew = %v, %v", won, err)
+			}
+			dir := filepath.Join(s.names, "t", "0")
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+			tc.replace(t, s, dir, outside)
+			b, err := s.Resolve(ctx, "t/0/1")
+			switch {
+			case tc.want == nil && err != nil:
+				t.Errorf("Resolve(t/0/1) = %v, want the record bound in the folder made anew", err)
+			case tc.want == nil && metaV(b) != "retry":
+				t.Errorf("Resolve(t/0/1) meta = %v, want v=retry", b.Meta)
+			case tc.want != nil && !errors.Is(err, tc.want):
+				t.Errorf("Resolve(t/0/1) = %v, %v; want %v", b, err, tc.want)
+			}
+			p, err := s.Probe(ctx, "t/0/1")
+			if p != tc.probe || (tc.want == ErrForeign) != errors.Is(err, ErrForeign) {
+				t.Errorf("Probe(t/0/1) = %v, %v; want %v", p, err, tc.probe)
+			}
+		})
+	}
+}
+
+// A link at a name in a cached folder is refused by Resolve and reported
+// Present by Probe, as by the path (openName opens the leaf O_NOFOLLOW).
+func TestReadLinkInCachedFolder(t *testing.T) {
+	ctx := context.Background()
+	d := Sum([]byte("x"))
+	s := newStore(t)
+	if won, err := s.ClaimNew(ctx, "t/0/0", d, Meta{{"v", "claim"}}); !won || err != nil {
+		t.Fatalf("ClaimNew = %v, %v", won, err)
+	}
+	target := filepath.Join(t.TempDir(), "rec")
+	if err := os.WriteFile(target, encodeRecord(d, Meta{{"v", "outside"}}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(s.names, "t", "0", "1")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := s.Resolve(ctx, "t/0/1"); !errors.Is(err, ErrForeign) {
+		t.Errorf("Resolve(link) = %v, %v; want ErrForeign", b, err)
+	}
+	if p, err := s.Probe(ctx, "t/0/1"); p != Present || err != nil {
+		t.Errorf("Probe(link) = %v, %v; want Present, nil", p, err)
+	}
+}
+
+// A Put of bytes already stored refreshes the blob through its cached
+// folder; with the folder removed by hand, the bytes are stored anew.
+func TestPutAfterBlobFolderRemoved(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	b := []byte("blob")
+	d, err := s.Put(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, b); err != nil { // cached folder, blob there
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Dir(s.blobPath(d))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, b); err != nil {
+		t.Fatalf("Put after its folder was removed: %v", err)
+	}
+	if got, err := s.Get(ctx, d); err != nil || string(got) != "blob" {
+		t.Errorf("Get = %q, %v; want \"blob\"", got, err)
+	}
+}
+
+func metaV(b Bound) string {
+	v, _ := b.Meta.Get("v")
+	return v
+}

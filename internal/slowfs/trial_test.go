@@ -1,0 +1,176 @@
+package slowfs_test
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/soma-hpc/soma/internal/slowfs"
+)
+
+// The file-server operations soma sends, pinned (issue 18): on NFS each
+// one is a round trip, so a change that adds some makes every trial
+// slower on a cluster, and on a local disk nobody would notice. A count is
+// deterministic where a time is not. When a change cuts or adds
+// operations on purpose, run
+//
+//	go test -run TestOpsPinned -v ./internal/slowfs/
+//
+// and copy the measured table from its log into these.
+var (
+	// trialOps is what one more trial costs at P=1, by kind: soma-trial
+	// over a fresh study of trialsMore trials, minus one of trialsFew,
+	// divided by the difference (so the once-per-run costs, opening the
+	// store and the study, cancel out).
+	trialOps = map[string]float64{
+		"LOOKUP": 14, "GETATTR": 13, "CREATE": 2, "FSYNC": 2, "FSYNCDIR": 2,
+		"MKDIR": 2, "OPENDIR": 1, "LINK": 1, "RENAME": 1, "RMDIR": 1,
+		"SETATTR": 1, "UNLINK": 1,
+	}
+	// statusOps is what soma status costs over the study of trialsMore
+	// trials, and statusOpsPerTrial what each trial more adds to it.
+	statusOps         = 795.0
+	statusOpsPerTrial = 18.0
+)
+
+const trialsFew, trialsMore = 10, 40
+
+// margin is how far a count may drift from its pin: a twentieth, and at least
+// half an operation per trial (a count per trial is an average).
+func margin(want float64) float64 { return math.Max(0.5, want/20) }
+
+var buildOnce sync.Once
+var binDir string
+var buildErr error
+
+// binaries builds soma-trial and soma once per test binary.
+func binaries(t *testing.T) (trial, soma string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "slowfs-bin")
+		if buildErr != nil {
+			return
+		}
+		out, err := exec.Command("go", "build", "-o", binDir+"/", "../../cmd/soma-trial", "../../cmd/soma").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(binDir, "soma-trial"), filepath.Join(binDir, "soma")
+}
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv("SLOWFS_HELPER"); mode != "" {
+		os.Exit(helper(mode))
+	}
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// runTrials runs one soma-trial process (P=1) of n trials of /bin/echo over
+// a fresh study at root, and returns the operations it sent.
+func runTrials(t *testing.T, m *slowfs.Mount, bin, root string, n int) slowfs.Counts {
+	t.Helper()
+	m.Reset()
+	cmd := exec.Command(bin, "--root", root, "--study", "s", "--param", "x=float:0:1",
+		"--sampler", "random", "--budget", fmt.Sprint(n), "--no-wait", "--", "/bin/echo", "1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("soma-trial: %v\n%s", err, out)
+	}
+	return m.Reset()
+}
+
+func runStatus(t *testing.T, m *slowfs.Mount, bin, root string) slowfs.Counts {
+	t.Helper()
+	m.Reset()
+	if out, err := exec.Command(bin, "status", root).CombinedOutput(); err != nil {
+		t.Fatalf("soma status: %v\n%s", err, out)
+	}
+	return m.Reset()
+}
+
+// perTrial returns (more-few)/(trialsMore-trialsFew) for the metadata
+// kinds.
+func perTrial(more, few slowfs.Counts) map[string]float64 {
+	d := map[string]float64{}
+	for op, n := range more.Sub(few) {
+		if slowfs.Metadata(op) {
+			d[op] = float64(n) / (trialsMore - trialsFew)
+		}
+	}
+	return d
+}
+
+func sum(m map[string]float64) float64 {
+	var s float64
+	for _, v := range m {
+		s += v
+	}
+	return s
+}
+
+func table(m map[string]float64) string {
+	var b strings.Builder
+	ks := make(slowfs.Counts, len(m))
+	for op := range m {
+		ks[op] = 0
+	}
+	for _, op := range ks.Kinds() {
+		fmt.Fprintf(&b, "%q: %.4g, ", op, m[op])
+	}
+	return b.String()
+}
+
+// TestOpsPinned runs soma-trial and soma status on the slow filesystem
+// (without delay: the counts do not depend on it at P=1) and checks the
+// operations they send, by kind, against the pins above.
+func TestOpsPinned(t *testing.T) {
+	m, _ := mount(t)
+	trial, soma := binaries(t)
+	few := runTrials(t, m, trial, filepath.Join(m.Dir(), "few"), trialsFew)
+	more := runTrials(t, m, trial, filepath.Join(m.Dir(), "more"), trialsMore)
+	got := perTrial(more, few)
+	t.Logf("soma-trial at P=1, metadata operations per trial: %.4g; by kind: %s", sum(got), table(got))
+
+	stFew := runStatus(t, m, soma, filepath.Join(m.Dir(), "few"))
+	stMore := runStatus(t, m, soma, filepath.Join(m.Dir(), "more"))
+	gotStatus := float64(stMore.Metadata())
+	gotStatusPer := float64(stMore.Metadata()-stFew.Metadata()) / (trialsMore - trialsFew)
+	t.Logf("soma status of %d trials: %v metadata operations (%v), %.4g per trial more", trialsMore, gotStatus, stMore, gotStatusPer)
+
+	kinds := map[string]bool{}
+	for op := range got {
+		kinds[op] = true
+	}
+	for op := range trialOps {
+		kinds[op] = true
+	}
+	for op := range kinds {
+		if d := got[op] - trialOps[op]; math.Abs(d) > margin(trialOps[op]) {
+			t.Errorf("soma-trial at P=1: %s per trial = %.4g, want %.4g (±%.2g): a change %s file-server round trips; if on purpose, update trialOps (see its comment)",
+				op, got[op], trialOps[op], margin(trialOps[op]), map[bool]string{true: "added", false: "removed"}[d > 0])
+		}
+	}
+	for _, c := range []struct {
+		what      string
+		got, want float64
+	}{
+		{fmt.Sprintf("soma status of %d trials", trialsMore), gotStatus, statusOps},
+		{"soma status, per trial more", gotStatusPer, statusOpsPerTrial},
+	} {
+		if d := c.got - c.want; math.Abs(d) > margin(c.want) {
+			t.Errorf("%s: %.4g metadata operations, want %.4g (±%.2g); if on purpose, update the pins (see trialOps)", c.what, c.got, c.want, margin(c.want))
+		}
+	}
+}
