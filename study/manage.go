@@ -270,16 +270,17 @@ func Extend(ctx context.Context, store Store, name string, budget int, who Who) 
 	}
 }
 
-func (s *Study) extend(ctx context.Context, budget int, who Who) (Extension, bool, error) {
-	s.manage.mu.Lock()
-	defer s.manage.mu.Unlock()
+// extend writes the version; lost reports that another change took its
+// number (the caller opens the study again and retries: the claim, not a
+// lock, orders the changes).
+func (s *Study) extend(ctx context.Context, budget int, who Who) (ext Extension, lost bool, err error) {
 	if err := s.refreshChanges(ctx); err != nil {
 		return Extension{}, false, err
 	}
 	s.mu.Lock()
 	cur, k := s.manage.budget, s.manage.seen+1
 	s.mu.Unlock()
-	ext := Extension{Study: s.name, From: cur, To: budget}
+	ext = Extension{Study: s.name, From: cur, To: budget}
 	if budget < 1 {
 		return ext, false, fmt.Errorf("study %s: budget %d: want the number of trials, at least 1", s.name, budget)
 	}
