@@ -24,8 +24,9 @@ import (
 const extendDescription = `Changes a study's budget in place, keeping its history: the change is a
 newer version of the study's spec, a new record in the folder. Every
 running soma-trial picks it up at its next look, without a restart, and
-claims the new trials (or stops claiming past a lowered budget). A budget
-below the trials already claimed is refused. soma status shows the change
+claims the new trials (or stops claiming past a lowered budget; with the
+random, sobol and grid samplers a runner reuses its last look for a few
+seconds). A budget below the trials already claimed is refused. soma status shows the change
 and when it was made.
 
 Array tasks that already exited are not restarted: soma extend says so
