@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -515,5 +516,57 @@ func TestRmStudy(t *testing.T) {
 	}
 	if code, _, errOut := soma("rm", root, "--study", "gone"); code != exitError || !strings.Contains(errOut, "no such study") {
 		t.Errorf("rm of a removed study: exit %d %s", code, errOut)
+	}
+}
+
+// The new commands teach themselves like the others, and their --json
+// is one document.
+func TestManageHelpAndJSON(t *testing.T) {
+	for _, cmd := range []string{"extend", "enqueue", "fork", "rm"} {
+		code, out, errOut := soma(cmd, "--help")
+		if code != exitOK || !strings.Contains(out, "EXAMPLES:") || !strings.Contains(out, "soma "+cmd+" ROOT --study") {
+			t.Errorf("soma %s --help: exit %d\n%s%s", cmd, code, out, errOut)
+		}
+	}
+	root := filepath.Join(t.TempDir(), "root")
+	s, err := fsstore.Open(root, fsstore.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := study.SpecFromFlags([]string{"x=int:0:9"}, "minimize", "random", "", 3, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := study.Open(context.Background(), s, "s", spec, study.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"extend", root, "--study", "s", "--budget", "5", "--json"}, `"to": 5`},
+		{[]string{"enqueue", root, "--study", "s", "--point", "x=4", "--json"}, `"point": "x=4"`},
+		{[]string{"fork", root, "--study", "s", "--to", "t", "--json"}, `"budget": 5`},
+	}
+	for _, tc := range tests {
+		code, out, errOut := soma(tc.args...)
+		var doc map[string]any
+		if code != exitOK || json.Unmarshal([]byte(out), &doc) != nil || !strings.Contains(out, tc.want) {
+			t.Errorf("soma %v: exit %d\n%s%s", tc.args, code, out, errOut)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"extend", root, "--study", "s"}, "--budget is required"},
+		{[]string{"extend", root, "--study", "s", "--budget", "0"}, "--budget 0: want the number of trials"},
+		{[]string{"enqueue", root, "--study", "s"}, "no points"},
+		{[]string{"fork", root, "--study", "s"}, "--to is required"},
+		{[]string{"rm", root}, "--study is required"},
+	} {
+		if code, _, errOut := soma(tc.args...); code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("soma %v: exit %d %q, want usage with %q", tc.args, code, errOut, tc.want)
+		}
 	}
 }
