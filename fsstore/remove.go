@@ -41,7 +41,9 @@ func (s *Store) RemoveTree(ctx context.Context, prefix string) error {
 	if err := r.RemoveAll(filepath.FromSlash(prefix)); err != nil {
 		return fmt.Errorf("remove %s: %w", prefix, err)
 	}
-	// The dircache may hold folders of the tree open; they are gone.
+	// The dircache may hold folders of the tree open: close them now
+	// rather than hold removed folders (a write into one would fail with
+	// ENOENT and open the path again anyway; TestRemoveTree).
 	s.dropDirs(prefix)
 	return nil
 }

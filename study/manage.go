@@ -298,12 +298,12 @@ func (s *Study) extend(ctx context.Context, budget int, who Who) (ext Extension,
 		return ext, false, err
 	}
 	ext.Claimed = claimed
-	c := snap.Counts()
-	ext.Running = c[StateRunning] + c[StateStale]
-	ext.Ended = len(snap.Trials) - ext.Running - c[StateInterrupted]
 	for _, r := range snap.Trials {
-		if r.State == StateFailed && !r.Final(s.spec.MaxRetries) {
-			ext.Ended--
+		switch {
+		case r.Final(s.spec.MaxRetries):
+			ext.Ended++
+		case r.State == StateRunning:
+			ext.Running++
 		}
 	}
 	if budget < claimed {
