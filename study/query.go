@@ -475,8 +475,8 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 	}
 	s.mu.Unlock()
 	start := time.Now()
-	// A newer version of the spec (soma extend) is picked up here, at
-	// each look that reads the store: one failed open when none.
+	// Changes (soma extend's budgets, soma enqueue's points) are picked
+	// up here, at each look that reads the store: one stat when none.
 	if err := s.refreshChanges(ctx); err != nil {
 		return nil, err
 	}
