@@ -183,10 +183,10 @@ func (s *Study) loadPacks(ctx context.Context, snap *Snapshot) error {
 		// but a pack written while it still ran trials past the budget
 		// (a bug) may hold some.
 		recs = slices.DeleteFunc(recs, func(r Record) bool {
-			if r.Number < s.limit {
+			if r.Number < s.ceil() {
 				return false
 			}
-			res[i].foreign = append(res[i].foreign, &ForeignError{Name: todo[i], Why: fmt.Sprintf("holds trial %d, outside the budget (trials 0 to %d); that record is ignored", r.Number, s.limit-1)})
+			res[i].foreign = append(res[i].foreign, &ForeignError{Name: todo[i], Why: fmt.Sprintf("holds trial %d, outside the budget (trials 0 to %d); that record is ignored", r.Number, s.ceil()-1)})
 			return true
 		})
 		res[i].recs = recs

@@ -439,7 +439,7 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 		return nil, fmt.Errorf("study %s: %w", s.name, err)
 	}
 	snap := &Snapshot{
-		Study: s.name, Direction: s.spec.Direction, Limit: s.limit, Now: now,
+		Study: s.name, Direction: s.spec.Direction, Limit: s.lim(), Now: now,
 		broken: make(map[int]int),
 	}
 	s.mu.Lock()
@@ -475,6 +475,12 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 	}
 	s.mu.Unlock()
 	start := time.Now()
+	// Changes (soma extend's budgets, soma enqueue's points) are picked
+	// up here, at each look that reads the store: one stat when none.
+	if err := s.refreshChanges(ctx); err != nil {
+		return nil, err
+	}
+	snap.Limit = s.lim()
 	if err := s.loadPacks(ctx, snap); err != nil {
 		return nil, err
 	}
@@ -494,10 +500,10 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 		switch {
 		case !ok:
 			snap.Foreign = append(snap.Foreign, &ForeignError{Name: s.names.trials() + "/" + k, Why: "trial name " + strconv.Quote(k) + " is not a trial number"})
-		case n >= s.limit:
+		case n >= s.ceil():
 			// Only numbers the budget allows are ever claimed, retried
 			// or counted: a folder past it was not made by soma.
-			snap.Foreign = append(snap.Foreign, &ForeignError{Name: s.names.trial(n), Why: fmt.Sprintf("trial %d is outside the budget (trials 0 to %d)", n, s.limit-1)})
+			snap.Foreign = append(snap.Foreign, &ForeignError{Name: s.names.trial(n), Why: fmt.Sprintf("trial %d is outside the budget (trials 0 to %d)", n, s.ceil()-1)})
 		default:
 			present = append(present, n)
 		}
@@ -630,7 +636,7 @@ func (s *Study) ended(n int) bool {
 // endedCount is how many trials of the budget this Study knows ended.
 // The caller holds s.mu.
 func (s *Study) endedCount() int {
-	n, _ := slices.BinarySearchFunc(s.finalList, s.limit, func(r Record, n int) int { return r.Number - n })
+	n, _ := slices.BinarySearchFunc(s.finalList, s.lim(), func(r Record, n int) int { return r.Number - n })
 	return n + s.sealedEnded
 }
 
@@ -643,7 +649,7 @@ func (s *Study) addSealed(n, a int) {
 	if old, ok := s.sealed[n]; ok && old >= a {
 		return
 	}
-	if _, ok := s.sealed[n]; !ok && n < s.limit {
+	if _, ok := s.sealed[n]; !ok && n < s.lim() {
 		s.sealedEnded++
 	}
 	s.sealed[n] = a
@@ -655,7 +661,7 @@ func (s *Study) addSealed(n, a int) {
 func (s *Study) unseal(n int) {
 	if _, ok := s.sealed[n]; ok {
 		delete(s.sealed, n)
-		if n < s.limit {
+		if n < s.lim() {
 			s.sealedEnded--
 		}
 	}

@@ -1,10 +1,12 @@
 package study
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,12 +52,29 @@ var (
 // SpecMismatchError is returned by Open when the spec it was given differs
 // from the study's. Diff has one line per difference ("budget: 100 →
 // 200"), old value first.
+//
+// BudgetOnly says that only the budget differs (Budget in force, Given
+// asked): the budget of a study is changed in place with soma extend,
+// which keeps its history.
 type SpecMismatchError struct {
-	Study string
-	Diff  string
+	Study      string
+	Diff       string
+	BudgetOnly bool
+	Budget     int
+	Given      int
+	// Root, when the caller sets it, is named in the soma extend line
+	// instead of ROOT.
+	Root string
 }
 
 func (e *SpecMismatchError) Error() string {
+	if e.BudgetOnly {
+		root := e.Root
+		if root == "" {
+			root = "ROOT"
+		}
+		return fmt.Sprintf("study %q exists with a different spec (stored → given):\n%s\nuse the stored spec, a new study name, or change the budget in place, history kept: soma extend %s --study %s --budget %d", e.Study, e.Diff, root, e.Study, e.Given)
+	}
 	return fmt.Sprintf("study %q exists with a different spec (stored → given):\n%s\nuse the stored spec, or a new study name", e.Study, e.Diff)
 }
 
@@ -141,8 +160,16 @@ type Study struct {
 	clock   *serverClock
 	beats   beats
 	// limit is the number of trial numbers handed out: the budget, or the
-	// size of a discrete space if that is smaller.
-	limit int
+	// size of a discrete space if that is smaller. It changes when a newer
+	// version of the spec (Extend) is seen: read it with lim.
+	limit atomic.Int64
+	// ceiling is the highest limit any version of the spec has set (ceil):
+	// trial numbers below it are the study's, even past a lowered limit
+	// (one claimed while a lowering was being written is a real trial).
+	ceiling atomic.Int64
+	// manage: the spec's versions and the queue of enqueued points
+	// (manage.go).
+	manage manageState
 	// dedup: the space is discrete, so points are claimed too.
 	dedup bool
 
@@ -284,11 +311,27 @@ func Open(ctx context.Context, store Store, name string, spec *Spec, opts Option
 				return nil, err
 			}
 			if b.Digest != d {
-				diff := DiffSpec(old, spec)
+				// The spec as created, or with the budget of its newest
+				// version (soma extend): a job script written either way
+				// joins.
+				st, err := newStudy(store, name, old, opts)
+				if err != nil {
+					return nil, err
+				}
+				if err := st.refreshChanges(ctx); err != nil {
+					return nil, err
+				}
+				cur := *old
+				cur.Budget = st.Budget()
+				if bytes.Equal(cur.Canonical(), canon) {
+					return st, nil
+				}
+				diff := DiffSpec(&cur, spec)
 				if diff == "" {
 					diff = "(the stored canonical form differs; it was written by another soma version)"
 				}
-				return nil, &SpecMismatchError{Study: name, Diff: diff}
+				budgetOnly := !strings.Contains(diff, "\n") && strings.HasPrefix(diff, "budget:")
+				return nil, &SpecMismatchError{Study: name, Diff: diff, BudgetOnly: budgetOnly, Budget: cur.Budget, Given: spec.Budget}
 			}
 			stored = old
 		}
@@ -298,7 +341,14 @@ func Open(ctx context.Context, store Store, name string, spec *Spec, opts Option
 			return nil, err
 		}
 	}
-	return newStudy(store, name, stored, opts)
+	st, err := newStudy(store, name, stored, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.refreshChanges(ctx); err != nil {
+		return nil, err
+	}
+	return st, nil
 }
 
 // loadSpec reads a study's spec record and blob.
@@ -349,7 +399,6 @@ func newStudy(store Store, name string, spec *Spec, opts Options) (*Study, error
 		pruner:  pruner,
 		grace:   grace,
 		clock:   newServerClock(grace),
-		limit:   spec.Budget,
 		final:   make(map[int]Record),
 		mine:    make(map[int]bool),
 		sealed:  make(map[int]int),
@@ -358,18 +407,25 @@ func newStudy(store Store, name string, spec *Spec, opts Options) (*Study, error
 		packs:   packCache{loaded: make(map[string]packInfo), covered: make(map[int]bool), foreign: make(map[string][]error)},
 	}
 	s.watchHigh = -1
-	if size, finite := spec.Space.Size(); finite {
+	if _, finite := spec.Space.Size(); finite {
 		s.dedup = true
-		s.limit = min(s.limit, size)
 	}
+	s.manage.budget = spec.Budget
+	s.limit.Store(int64(s.limitFor(spec.Budget)))
+	s.ceiling.Store(s.limit.Load())
 	return s, nil
 }
 
 // Name returns the study's name.
 func (s *Study) Name() string { return s.name }
 
-// Spec returns the study's spec as stored. Do not modify it.
-func (s *Study) Spec() *Spec { return s.spec }
+// Spec returns the study's spec as stored, with the budget of its newest
+// version (Extend). Do not modify it.
+func (s *Study) Spec() *Spec {
+	sp := *s.spec
+	sp.Budget = s.Budget()
+	return &sp
+}
 
 // Space returns the study's space.
 func (s *Study) Space() *Space { return s.spec.Space }
@@ -381,7 +437,7 @@ func (s *Study) Direction() Direction { return s.spec.Direction }
 // Limit returns how many trials the study runs: its budget, or the number
 // of points of a discrete space when that is smaller (no point is
 // evaluated twice).
-func (s *Study) Limit() int { return s.limit }
+func (s *Study) Limit() int { return s.lim() }
 
 // Grace returns the lease in force (Options.Grace or DefaultGrace).
 func (s *Study) Grace() time.Duration { return s.grace }

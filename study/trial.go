@@ -110,7 +110,7 @@ func (s *Study) next(ctx context.Context, who Who, quick bool) (*Run, error) {
 	tried := map[int]bool{}
 	var window []int
 	s.mu.Lock() // once for the scan, not once per number (hasLocked)
-	for n := low; n < s.limit && len(window) < spreadWindow; n++ {
+	for n := low; n < s.lim() && len(window) < spreadWindow; n++ {
 		if !snap.hasLocked(n) {
 			window = append(window, n)
 		} else if len(window) == 0 {
@@ -145,7 +145,7 @@ func (s *Study) next(ctx context.Context, who Who, quick bool) (*Run, error) {
 			}
 		}
 	}
-	for n := low; n < s.limit; n++ {
+	for n := low; n < s.lim(); n++ {
 		if tried[n] {
 			continue
 		}
@@ -166,7 +166,7 @@ func (s *Study) next(ctx context.Context, who Who, quick bool) (*Run, error) {
 	ended, running := snap.ended, 0
 	wait := s.grace
 	for _, r := range snap.open {
-		if r.Number >= s.limit {
+		if r.Number >= s.lim() {
 			continue
 		}
 		running++
@@ -175,7 +175,7 @@ func (s *Study) next(ctx context.Context, who Who, quick bool) (*Run, error) {
 			wait = min(wait, max(0, s.grace-snap.Now.Sub(r.Time)))
 		}
 	}
-	if ended == s.limit {
+	if ended == s.lim() {
 		// Before saying so, read what was only seen sealed (checkSealed).
 		broken, changed, err := s.checkSealed(ctx)
 		if err != nil {
@@ -188,18 +188,18 @@ func (s *Study) next(ctx context.Context, who Who, quick bool) (*Run, error) {
 			}
 		}
 		if !changed {
-			return nil, fmt.Errorf("%w: study %s: all %d trials ended", ErrBudgetReached, s.name, s.limit)
+			return nil, fmt.Errorf("%w: study %s: all %d trials ended", ErrBudgetReached, s.name, s.lim())
 		}
 		// Retried elsewhere meanwhile, or not ended after all: the next
 		// look sees how they stand.
 		s.mu.Lock()
 		ended = s.endedCount()
 		s.mu.Unlock()
-		return nil, &NoWorkError{Study: s.name, Ended: ended, Running: s.limit - ended, Limit: s.limit}
+		return nil, &NoWorkError{Study: s.name, Ended: ended, Running: s.lim() - ended, Limit: s.lim()}
 	}
 	// Trials still running, or folders listed without a readable record
 	// yet (being taken right now, or a listing that lags).
-	return nil, &NoWorkError{Study: s.name, Ended: ended, Running: running, Limit: s.limit, RetryAfter: wait}
+	return nil, &NoWorkError{Study: s.name, Ended: ended, Running: running, Limit: s.lim(), RetryAfter: wait}
 }
 
 // checkSealed reads the latest record of each trial this Study knows
@@ -220,7 +220,7 @@ func (s *Study) checkSealed(ctx context.Context) (broken map[int]int, changed bo
 	s.mu.Lock()
 	todo := make([]int, 0, len(s.sealed))
 	for n := range s.sealed {
-		if n < s.limit {
+		if n < s.lim() {
 			todo = append(todo, n)
 		}
 	}
@@ -342,8 +342,14 @@ func (s *Study) retryable(r *Record) bool {
 // who holds it or how it ended. A trial number outside [0, Limit) is an
 // error that wraps ErrBudgetReached.
 func (s *Study) Take(ctx context.Context, n int, who Who) (*Run, error) {
-	if n < 0 || n >= s.limit {
-		return nil, fmt.Errorf("%w: study %s runs trials 0 to %d; trial %d is outside (raise the budget in a new study, or pick another trial)", ErrBudgetReached, s.name, s.limit-1, n)
+	if n >= s.lim() {
+		// The budget may have been raised since (soma extend).
+		if err := s.refreshChanges(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if n < 0 || n >= s.lim() {
+		return nil, fmt.Errorf("%w: study %s runs trials 0 to %d; trial %d is outside (raise the budget: soma extend ROOT --study %s --budget %d; or pick another trial)", ErrBudgetReached, s.name, s.lim()-1, n, s.name, n+1)
 	}
 	snap, err := s.snapshot(ctx)
 	if err != nil {
@@ -423,13 +429,25 @@ func (s *Study) claimNew(ctx context.Context, n int, who Who, h History) (*Run, 
 			return nil, &TakenError{Study: s.name, Trial: n, State: StateRunning}
 		}
 	}
-	p, sub, err := s.propose(ctx, n, 0, h)
+	// Enqueued points (soma enqueue) come before sampled ones.
+	q, queued, err := s.nextQueued(ctx)
 	if err != nil {
 		return nil, err
+	}
+	p, sub := q.Point, 0
+	if !queued {
+		if p, sub, err = s.propose(ctx, n, 0, h); err != nil {
+			return nil, err
+		}
 	}
 	run, err := s.claimAttempt(ctx, n, 0, p, 0, who)
 	if err != nil {
 		return nil, err
+	}
+	if queued {
+		if err := run.holdQueued(ctx, q.ID, h); err != nil {
+			return nil, err
+		}
 	}
 	if err := run.holdPoint(ctx, sub, h); err != nil {
 		return nil, err
@@ -478,6 +496,15 @@ func (s *Study) retry(ctx context.Context, n, prev int, latest *Record, who Who)
 				return nil, err
 			}
 			return nil, &TakenError{Study: s.name, Trial: n, Attempt: prev + 1, State: run.f.state, Who: run.f.who}
+		}
+	}
+	if latest != nil {
+		// An enqueued point's trial retried: it still holds its entry,
+		// or takes it now, or (another trial took it) gets a new point.
+		if id, ok := s.queuedEntry(latest.PointText); ok {
+			if err := run.holdQueued(ctx, id, h); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := run.holdPoint(ctx, 0, h); err != nil {
@@ -543,7 +570,7 @@ func (s *Study) propose(ctx context.Context, n, from int, h History) (Point, int
 		if sub > limit {
 			return Point{}, 0, fmt.Errorf("%w: study %s: %d proposals for trial %d were all held by other trials", ErrSpaceExhausted, s.name, limit, n)
 		}
-		virtual := n + sub*s.limit
+		virtual := n + sub*s.lim()
 		s.askMu.Lock()
 		p, err := s.sampler.Ask(s.spec.Space, virtual, h)
 		s.askMu.Unlock()

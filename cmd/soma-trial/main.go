@@ -181,6 +181,9 @@ func action(c *cli.Context, sig <-chan os.Signal) error {
 		return err
 	}
 	st, err := study.Open(ctx, store, c.String("study"), spec, study.Options{Grace: c.Duration("lease")})
+	if sme := (*study.SpecMismatchError)(nil); errors.As(err, &sme) {
+		sme.Root = c.String("root") // the soma extend line names it
+	}
 	if err != nil {
 		return err
 	}

@@ -76,7 +76,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			case first == "help" && c.NArg() == 1:
 				return cli.ShowAppHelp(c)
 			case c.Args().Present():
-				return usagef("unknown command %q (commands: status, trials, best, logs, report, init, gc, slurm, zarr, run)", first)
+				return usagef("unknown command %q (commands: status, trials, best, logs, report, init, extend, enqueue, fork, rm, gc, slurm, zarr, run)", first)
 			}
 			if err := cli.ShowAppHelp(c); err != nil {
 				return err
@@ -90,6 +90,10 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			newLogsCommand(),
 			newReportCommand(),
 			newInitCommand(),
+			newExtendCommand(),
+			newEnqueueCommand(),
+			newForkCommand(),
+			newRmCommand(),
 			newGCCommand(),
 			newSlurmCommand(),
 			newZarrCommand(),

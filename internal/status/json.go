@@ -91,6 +91,12 @@ studies[].sampler           string        tpe, random, sobol or grid
 studies[].pruner            string        none, median, percentile or asha
 studies[].seed              integer       the study's seed
 studies[].budget            integer       trials the study runs (budget, or the size of a smaller discrete space)
+studies[].changes           array         changes of the budget (soma extend), oldest first
+studies[].changes[].version integer      the spec version that made it (1, 2, ...)
+studies[].changes[].from    integer       the budget before
+studies[].changes[].budget  integer       the budget after
+studies[].changes[].time    string        when, in file-server time
+studies[].changes[].by      string        who made it (host:pid)
 studies[].max_retries       integer       retries of a failed attempt
 studies[].lease_s           number        a running attempt silent this long is stale
 studies[].params            array         the knobs, in order

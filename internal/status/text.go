@@ -39,6 +39,10 @@ func WriteText(w io.Writer, v *View, o TextOptions) error {
 	}
 	fmt.Fprintf(&b, "study    %s · %s · %s sampler · %s pruner · seed %d · budget %d · retries %d\n",
 		v.Name, goal, v.Sampler, v.Pruner, v.Seed, v.Budget, v.MaxRetries)
+	for _, ch := range v.Changes {
+		fmt.Fprintf(&b, "budget   %d → %d at %s by %s (soma extend; spec version %d)\n",
+			ch.From, ch.Budget, ch.Time.UTC().Format("2006-01-02 15:04:05Z"), ch.By, ch.Version)
+	}
 	c := v.Counts
 	fmt.Fprintf(&b, "trials   %d of %d ended · %d done · %d pruned · %d failed · %d interrupted · %d running · %d stale",
 		c.Ended, v.Budget, c.Done, c.Pruned, c.Failed, c.Interrupted, c.Running, c.Stale)

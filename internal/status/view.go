@@ -22,16 +22,18 @@ type Options struct {
 // View is what soma status shows of one study, read out of the folder at
 // one moment. Its JSON form is the "studies[]" element of JSONShape.
 type View struct {
-	Name       string  `json:"name"`
-	Direction  string  `json:"direction"`
-	Metric     string  `json:"metric"`
-	Sampler    string  `json:"sampler"`
-	Pruner     string  `json:"pruner"`
-	Seed       uint64  `json:"seed"`
-	Budget     int     `json:"budget"`
-	MaxRetries int     `json:"max_retries"`
-	LeaseS     float64 `json:"lease_s"`
-	Params     []Param `json:"params"`
+	Name      string `json:"name"`
+	Direction string `json:"direction"`
+	Metric    string `json:"metric"`
+	Sampler   string `json:"sampler"`
+	Pruner    string `json:"pruner"`
+	Seed      uint64 `json:"seed"`
+	Budget    int    `json:"budget"`
+	// Changes are the budget's changes (soma extend), oldest first.
+	Changes    []Change `json:"changes"`
+	MaxRetries int      `json:"max_retries"`
+	LeaseS     float64  `json:"lease_s"`
+	Params     []Param  `json:"params"`
 	// Now is the file-server time the view was read at.
 	Now      time.Time `json:"now"`
 	Counts   Counts    `json:"counts"`
@@ -52,6 +54,31 @@ type View struct {
 	Packs int `json:"packs"`
 	// LastActivity is the newest record time (nil: no trial yet).
 	LastActivity *time.Time `json:"last_activity"`
+}
+
+// Change is one change of a study's budget: a newer version of its spec.
+type Change struct {
+	Version int       `json:"version"`
+	From    int       `json:"from"`
+	Budget  int       `json:"budget"`
+	Time    time.Time `json:"time"`
+	By      string    `json:"by"`
+}
+
+// changes lists st's budget changes.
+func changes(st *study.Study) []Change {
+	out := []Change{}
+	from := st.Spec().Budget
+	vs := st.Versions()
+	if len(vs) > 0 {
+		// The budget as created: the spec before its first version.
+		from = st.CreatedBudget()
+	}
+	for _, v := range vs {
+		out = append(out, Change{Version: v.Number, From: from, Budget: v.Budget, Time: v.Time, By: v.Who.String()})
+		from = v.Budget
+	}
+	return out
 }
 
 // Param is one knob of the study's space.
@@ -173,6 +200,7 @@ func FromSnapshot(st *study.Study, snap *study.Snapshot, o Options) *View {
 		Pruner:     spec.Pruner.Name,
 		Seed:       spec.Seed,
 		Budget:     st.Limit(),
+		Changes:    changes(st),
 		MaxRetries: spec.MaxRetries,
 		LeaseS:     st.Grace().Seconds(),
 		Params:     params(st.Space()),
