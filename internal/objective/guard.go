@@ -261,7 +261,7 @@ func closeAll(fds []int) {
 func runGuarded(m guardMsg, grace time.Duration, msgs <-chan guardMsg, send func(string, ...any)) bool {
 	if m.err != nil {
 		closeAll(m.fds)
-		send("error %d guard: %v", m.seq, m.err)
+		send("error %d 0 guard: %v", m.seq, m.err)
 		return true
 	}
 	pid, err := syscall.ForkExec(m.run.Path, m.run.Argv, &syscall.ProcAttr{
@@ -274,7 +274,13 @@ func runGuarded(m guardMsg, grace time.Duration, msgs <-chan guardMsg, send func
 	// file means that every process of its tree is gone.
 	closeAll(m.fds)
 	if err != nil {
-		send("error %d %s: %v", m.seq, m.run.Path, err)
+		// The errno travels as a number, so that soma-trial's error
+		// still says which (errors.Is fs.ErrNotExist, fs.ErrPermission).
+		if errno, ok := err.(syscall.Errno); ok {
+			send("error %d %d %s", m.seq, int(errno), m.run.Path)
+		} else {
+			send("error %d 0 %s: %v", m.seq, m.run.Path, err)
+		}
 		return true
 	}
 	send("pid %d %d", m.seq, pid)
@@ -566,6 +572,22 @@ func (g *guardProc) replies(seq uint64) <-chan guardReply {
 		}
 	}()
 	return ch
+}
+
+// execError is the cause carried by a guard's "error" reply, whose arg is
+// "<errno> <text>": the text, wrapping the errno when there is one, so
+// that a missing program (fs.ErrNotExist) and one that may not be run
+// (fs.ErrPermission) can be told apart with errors.Is.
+func execError(arg string) error {
+	n, text, _ := strings.Cut(arg, " ")
+	e, err := strconv.Atoi(n)
+	if err != nil {
+		return errors.New(arg)
+	}
+	if e == 0 {
+		return errors.New(text)
+	}
+	return fmt.Errorf("%s: %w", text, syscall.Errno(e))
 }
 
 // gone describes the guard's end, after its socket closed.

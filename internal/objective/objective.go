@@ -224,7 +224,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	if look.Err != nil {
 		childRep.Close()
 		childCtl.Close()
-		return Result{}, fmt.Errorf("%w: %s: %v", ErrStart, argv[0], look.Err)
+		return Result{}, fmt.Errorf("%w: %s: %w", ErrStart, argv[0], look.Err)
 	}
 	if o.Guard == "" {
 		childRep.Close()
@@ -303,7 +303,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 		}
 		if err != nil {
 			closeChild()
-			return Result{}, fmt.Errorf("%w: the guard %s: %v", ErrStart, o.Guard, err)
+			return Result{}, fmt.Errorf("%w: the guard %s: %w", ErrStart, o.Guard, err)
 		}
 		seq, err = g.start(gr, fds)
 		if err == nil {
@@ -325,7 +325,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 		}
 		g.release(true)
 		if first.verb == "error" {
-			return Result{}, fmt.Errorf("%w: %s", ErrStart, first.arg)
+			return Result{}, fmt.Errorf("%w: %w", ErrStart, execError(first.arg))
 		}
 		return Result{}, fmt.Errorf("%w: the guard %s said %q", ErrStart, o.Guard, first.verb)
 	}

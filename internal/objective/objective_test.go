@@ -9,6 +9,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -269,11 +270,23 @@ func TestTimeoutAndSignals(t *testing.T) {
 		if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), "permission denied") {
 			t.Errorf("Run(not executable) = %v, want ErrStart saying permission denied", err)
 		}
+		// Issue 16: the cause was formatted with %v, so a caller could
+		// not tell EACCES from ENOENT with errors.Is.
+		if !errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("Run(not executable) = %v, want errors.Is fs.ErrPermission and not fs.ErrNotExist", err)
+		}
 	})
 	t.Run("missing program is a start error", func(t *testing.T) {
+		// Issue 16: the cause was formatted with %v, so a caller could
+		// not tell ENOENT from EACCES with errors.Is.
 		_, err := Run(context.Background(), Options{Argv: []string{"/nonexistent/train"}, Guard: self}, nil)
-		if err == nil || !strings.Contains(err.Error(), "cannot start") {
-			t.Errorf("Run(missing) = %v, want ErrStart", err)
+		if !errors.Is(err, ErrStart) || !errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			t.Errorf("Run(missing) = %v, want ErrStart and errors.Is fs.ErrNotExist", err)
+		}
+		// A bare name is looked up in PATH before the guard is asked.
+		_, err = Run(context.Background(), Options{Argv: []string{"soma-no-such-objective"}, Guard: self}, nil)
+		if !errors.Is(err, ErrStart) || !errors.Is(err, exec.ErrNotFound) {
+			t.Errorf("Run(not in PATH) = %v, want ErrStart and errors.Is exec.ErrNotFound", err)
 		}
 	})
 }
