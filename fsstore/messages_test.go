@@ -82,3 +82,28 @@ func TestNotWritableSaysByWhom(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// Issue 16: a soma.json that is JSON but not soma's said "... that is not
+// soma's (<nil>)": the parse error, nil, stood where the reason should.
+func TestForeignMarkerSaysWhy(t *testing.T) {
+	tests := []struct {
+		name, marker, want string
+	}{
+		{"another program's JSON", `{"name":"other"}`, `its format is "", not "soma-store"`},
+		{"another format", `{"format":"zarr","version":1}`, `its format is "zarr", not "soma-store"`},
+		{"not JSON", `format = 1`, "invalid character"},
+		{"version zero", `{"format":"soma-store","version":0}`, "format version 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, markerName), []byte(tt.marker), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Open(dir, Options{})
+			if !errors.Is(err, ErrNotStore) || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "nil") {
+				t.Errorf("Open(%s) = %v, want ErrNotStore saying %q", tt.marker, err, tt.want)
+			}
+		})
+	}
+}

@@ -223,8 +223,13 @@ func onlyStoreFolders(entries []fs.DirEntry) bool {
 
 func (s *Store) checkMarker(b []byte) error {
 	var m marker
-	if err := json.Unmarshal(b, &m); err != nil || m.Format != "soma-store" {
-		return fmt.Errorf("%w: %s has a %s that is not soma's (%v)", ErrNotStore, s.root, markerName, err)
+	// (It said "not soma's (<nil>)" for JSON with another format: the
+	// parse error stood where the reason should; issue 16.)
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("%w: %s has a %s that is not soma's (%w)", ErrNotStore, s.root, markerName, err)
+	}
+	if m.Format != "soma-store" {
+		return fmt.Errorf("%w: %s has a %s that is not soma's: its format is %q, not \"soma-store\"", ErrNotStore, s.root, markerName, m.Format)
 	}
 	if m.Version > FormatVersion {
 		return fmt.Errorf("%w: %s has format version %d, this soma reads up to %d; upgrade soma on this machine", ErrNewerFormat, s.root, m.Version, FormatVersion)
