@@ -350,22 +350,40 @@ func isSafeWord(s string) bool {
 	return true
 }
 
-// shellQuote returns s as one bash word: as is when it is safe, else in
-// single quotes, inside which bash expands nothing. A single quote inside
-// closes the quotes, adds an escaped quote and reopens them:
+// ShellQuote returns s as one word for any POSIX shell (sh, dash, bash,
+// zsh): unchanged when it holds only letters, digits and _@%+=:,./-,
+// else in single quotes, inside which a POSIX shell expands nothing and
+// keeps every byte as is (a newline, non-ASCII text). A single quote
+// cannot appear inside single quotes, so each one closes the quotes, adds
+// an escaped quote and reopens them; the empty string is two quotes:
 //
 //	it's  ->  'it'\''s'
+//	""    ->  ''
 //
-// Text with control characters (a newline, a tab) is written in bash's
-// $'...' form instead, with escapes, so the script stays readable:
+// (The examples are in a code block because gofmt turns two single
+// quotes in a doc comment's prose into a typographic quote.)
 //
-//	a<newline>b  ->  $'a\nb'
-func shellQuote(s string) string {
+// It is the one quoting rule of soma; shellQuote and sbatchQuote add to it
+// only what their readers need.
+func ShellQuote(s string) string {
 	if isSafeWord(s) {
 		return s
 	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// shellQuote quotes s for the generated script, which bash runs: as
+// ShellQuote, except that text with control characters (a newline, a
+// tab) is written in bash's $'...' form, with escapes, so that the exec
+// line stays one readable line:
+//
+//	a<newline>b  ->  $'a\nb'
+//
+// ($'...' is bash's, not POSIX's: dash prints it as is. That is why
+// ShellQuote, for text a user pastes into any shell, does not use it.)
+func shellQuote(s string) string {
 	if !hasControl(s) {
-		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+		return ShellQuote(s)
 	}
 	var b strings.Builder
 	b.WriteString("$'")
@@ -393,13 +411,9 @@ func shellQuote(s string) string {
 // sbatchQuote quotes s for an #SBATCH line. sbatch's parser (sbatch/opt.c,
 // _get_argument) honours single and double quotes but treats a backslash
 // as an escape even inside quotes, so backslashes are doubled first; the
-// rest is shellQuote's recipe, which that parser reads the same way.
+// rest is ShellQuote's recipe, which that parser reads the same way.
 func sbatchQuote(s string) string {
-	if isSafeWord(s) {
-		return s
-	}
-	s = strings.ReplaceAll(s, `\`, `\\`)
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	return ShellQuote(strings.ReplaceAll(s, `\`, `\\`))
 }
 
 // hasControl reports whether s contains a control character (newline

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/soma-hpc/soma/slurm"
 	"github.com/soma-hpc/soma/study"
 )
 
@@ -141,7 +142,7 @@ func WriteBest(w io.Writer, b *Best, format string) error {
 	case BestArgs:
 		words := make([]string, 0, 2*len(b.values))
 		for _, kv := range b.values {
-			words = append(words, "--"+kv.Name, ShellQuote(kv.Text))
+			words = append(words, "--"+kv.Name, slurm.ShellQuote(kv.Text))
 		}
 		out.WriteString(strings.Join(words, " ") + "\n")
 	default:
@@ -149,25 +150,4 @@ func WriteBest(w io.Writer, b *Best, format string) error {
 	}
 	_, err := w.Write(out.Bytes())
 	return err
-}
-
-// ShellQuote returns s as one word for a POSIX shell: unchanged when it
-// holds only characters no shell treats specially, else in single quotes
-// (a single quote inside becomes '\”).
-func ShellQuote(s string) string {
-	if s == "" {
-		return "''"
-	}
-	safe := true
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-_.,:/+=@%", c) >= 0) {
-			safe = false
-			break
-		}
-	}
-	if safe {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -222,23 +222,6 @@ func TestBestWithoutResult(t *testing.T) {
 	}
 }
 
-func TestShellQuote(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"adam", "adam"}, {"-0.5", "-0.5"}, {"1e-05", "1e-05"}, {"", "''"},
-		{"a b", "'a b'"}, {"it's", `'it'\''s'`}, {"$HOME", "'$HOME'"}, {"x;rm", "'x;rm'"},
-	}
-	for _, tc := range tests {
-		got := ShellQuote(tc.in)
-		if got != tc.want {
-			t.Errorf("ShellQuote(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-		back, err := exec.Command("/bin/sh", "-c", "printf %s "+got).Output()
-		if err != nil || string(back) != tc.in {
-			t.Errorf("sh reads %s as %q (%v), want %q", got, back, err, tc.in)
-		}
-	}
-}
-
 func TestLogs(t *testing.T) {
 	ctx := context.Background()
 	s, st := openFixture(t)
