@@ -74,9 +74,9 @@ func encodeRecord(d Digest, meta Meta) []byte {
 	b.WriteByte('\n')
 	for _, p := range meta {
 		b.WriteString("m ")
-		escapeTo(&b, p.Key)
+		EscapeField(&b, p.Key)
 		b.WriteByte(' ')
-		escapeTo(&b, p.Value)
+		EscapeField(&b, p.Value)
 		b.WriteByte('\n')
 	}
 	sum := crc32.Checksum(b.Bytes(), castagnoli)
@@ -134,8 +134,8 @@ func decodeRecord(b []byte) (Digest, Meta, error) {
 		if !ok {
 			return Digest{}, nil, fmt.Errorf("%w: meta line %q has no value", errRecord, ln)
 		}
-		key, err1 := unescape(k)
-		val, err2 := unescape(v)
+		key, err1 := UnescapeField(k)
+		val, err2 := UnescapeField(v)
 		if err := errors.Join(err1, err2); err != nil {
 			return Digest{}, nil, fmt.Errorf("%w: %v", errRecord, err)
 		}
@@ -148,7 +148,15 @@ const hexDigits = "0123456789ABCDEF"
 
 func needsEscape(c byte) bool { return c <= ' ' || c == '%' || c == 0x7f }
 
-func escapeTo(b *bytes.Buffer, s string) {
+// EscapeField writes s to b as one field of a line of fields separated
+// by single spaces: every space, control character, DEL and '%' is
+// written as %XX, in upper-case hex, and every other byte as is (UTF-8
+// included). The result has no space and no newline; the empty string
+// stays empty, so a format that splits on runs of spaces, or cannot tell
+// an empty field at the end of a line, marks it itself. It is how a
+// record's meta lines are written, and study's packs write their fields
+// with it too, so that the two formats cannot drift apart.
+func EscapeField(b *bytes.Buffer, s string) {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if needsEscape(c) {
@@ -161,7 +169,10 @@ func escapeTo(b *bytes.Buffer, s string) {
 	}
 }
 
-func unescape(s string) (string, error) {
+// UnescapeField reads back a field written by EscapeField. It refuses
+// what EscapeField never writes: a byte that should have been escaped, an
+// escape that is short, not hex or in lower case.
+func UnescapeField(s string) (string, error) {
 	if strings.IndexByte(s, '%') < 0 {
 		for i := 0; i < len(s); i++ {
 			if needsEscape(s[i]) {

@@ -624,48 +624,22 @@ func (s *Study) decodePackLine(line string, r *Record, fields *[]string, meta *f
 	return nil
 }
 
-func packNeedsEscape(c byte) bool { return c <= ' ' || c == '%' || c == 0x7f }
-
+// packEscape writes one field of a pack line with fsstore's escaping,
+// the same as a record's meta. A pack's fields are separated by single
+// spaces on one line, so an empty field is written as a lone "%" (which
+// fsstore's escaping never writes), to be seen at the end of a line.
 func packEscape(b *bytes.Buffer, s string) {
 	if s == "" {
-		b.WriteString("%") // an empty field would vanish between two spaces
+		b.WriteString("%")
 		return
 	}
-	const hex = "0123456789ABCDEF"
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if packNeedsEscape(c) {
-			b.WriteByte('%')
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&15])
-			continue
-		}
-		b.WriteByte(c)
-	}
+	fsstore.EscapeField(b, s)
 }
 
+// packUnescape reads back a field written by packEscape.
 func packUnescape(s string) (string, error) {
 	if s == "%" {
 		return "", nil
 	}
-	if strings.IndexByte(s, '%') < 0 {
-		return s, nil
-	}
-	out := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		if s[i] != '%' {
-			out = append(out, s[i])
-			continue
-		}
-		if i+3 > len(s) {
-			return "", fmt.Errorf("short escape in %q", s)
-		}
-		v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
-		if err != nil {
-			return "", fmt.Errorf("bad escape in %q", s)
-		}
-		out = append(out, byte(v))
-		i += 2
-	}
-	return string(out), nil
+	return fsstore.UnescapeField(s)
 }
