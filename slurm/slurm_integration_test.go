@@ -18,36 +18,25 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/soma-hpc/soma/internal/testutil"
 )
 
-// pingSlurm asks sinfo once per test binary: with slurmctld down, sinfo
-// retries for about 9 s before it gives up.
-var pingSlurm = sync.OnceValue(func() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return Client{}.Ping(ctx)
-})
-
 // needSlurm returns a Client for the local Slurm, or skips t (fails it
 // under SOMA_REQUIRE=1) when sinfo cannot reach one.
 func needSlurm(t *testing.T) Client {
 	t.Helper()
-	err := pingSlurm()
-	what := "a running Slurm (scripts/slurm-local.sh start)"
-	if err != nil {
-		what += "; " + err.Error()
-	}
-	testutil.Need(t, err == nil, what)
+	testutil.NeedSlurm(t, Client{}.Ping)
 	return Client{}
 }
 
 // submitScript renders s into dir/name.sh, submits it and returns the job
-// id. A cleanup cancels the job if the test leaves it running.
+// id. A cleanup cancels the job if the test leaves it running. (The same
+// cleanup is internal/submit's cancelAtEnd. It cannot be shared: it needs
+// a Client, and a helper package that imports slurm cannot be imported
+// by slurm's own tests, which are in package slurm.)
 func submitScript(t *testing.T, c Client, s Script, dir, name string) JobID {
 	t.Helper()
 	text, err := s.Render()

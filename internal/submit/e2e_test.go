@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,24 +48,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// pingSlurm asks sinfo once per test binary: with slurmctld down, sinfo
-// retries for about 9 s before it gives up.
-var pingSlurm = sync.OnceValue(func() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return slurm.Client{}.Ping(ctx)
-})
-
 // needSlurm returns a Client for the local Slurm, or skips t (fails it
-// under SOMA_REQUIRE=1) when sinfo cannot reach one.
+// under SOMA_REQUIRE=1) when sinfo cannot reach one or Python lacks
+// signal.
 func needSlurm(t *testing.T) slurm.Client {
 	t.Helper()
-	err := pingSlurm()
-	what := "a running Slurm (scripts/slurm-local.sh start)"
-	if err != nil {
-		what += "; " + err.Error()
-	}
-	testutil.Need(t, err == nil, what)
+	testutil.NeedSlurm(t, slurm.Client{}.Ping)
 	testutil.NeedPython(t, "signal")
 	return slurm.Client{}
 }
@@ -119,7 +106,10 @@ func (e e2e) submit(t *testing.T, budget int, o Options, mode ...string) Result 
 	return res
 }
 
-// cancelAtEnd cancels job id when t ends, if it still runs.
+// cancelAtEnd cancels job id when t ends, if it still runs. (slurm's
+// submitScript has the same cleanup. It cannot be shared: it needs a
+// slurm.Client, and a helper package that imports slurm cannot be
+// imported by slurm's own tests, which are in package slurm.)
 func cancelAtEnd(t *testing.T, c slurm.Client, id slurm.JobID) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

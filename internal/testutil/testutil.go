@@ -3,11 +3,13 @@
 package testutil
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Required reports whether the suite runs with every optional dependency
@@ -61,4 +63,28 @@ func PythonHas(mods ...string) bool {
 func NeedPython(t testing.TB, mods ...string) {
 	t.Helper()
 	Need(t, PythonHas(mods...), Python()+" with modules "+strings.Join(mods, ", ")+" (Debian packages python3-<name>)")
+}
+
+var slurmPing struct {
+	once sync.Once
+	err  error
+}
+
+// NeedSlurm skips t (or, under SOMA_REQUIRE=1, fails it) unless ping
+// reaches a running Slurm. ping is asked once per test binary: with
+// slurmctld down, sinfo retries for about 9 s before it gives up. Callers
+// pass slurm.Client{}.Ping: testutil cannot import package slurm, whose
+// own tests import testutil (an import cycle).
+func NeedSlurm(t testing.TB, ping func(context.Context) error) {
+	t.Helper()
+	slurmPing.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		slurmPing.err = ping(ctx)
+	})
+	what := "a running Slurm (scripts/slurm-local.sh start)"
+	if slurmPing.err != nil {
+		what += "; " + slurmPing.err.Error()
+	}
+	Need(t, slurmPing.err == nil, what)
 }
