@@ -234,13 +234,24 @@ func parseTempName(name string) (host string, pid int, size int64, ok bool) {
 	return strings.Join(f[:n-3], "-"), pid, size, true
 }
 
-// processGone reports whether no process pid exists on this host.
+// processGone reports whether no live process pid exists on this host.
+// A zombie (state Z or X in /proc/<pid>/stat: it has exited, and only its
+// parent has not reaped it yet) is gone: it writes nothing more. kill(pid,
+// 0) alone succeeds on a zombie, which kept a dead writer's temp files
+// until staleTempAge (issue 16). When /proc does not show pid (mounted
+// with hidepid, for another user's process) the signal's answer stands.
 func processGone(pid int) bool {
-	p, err := os.FindProcess(pid)
-	if err != nil {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
 		return true
 	}
-	return errors.Is(p.Signal(syscall.Signal(0)), os.ErrProcessDone)
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, in parentheses that may hold
+	// any character, ')' included: look after the last one.
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
 }
 
 var thisHost = sync.OnceValue(func() string {
