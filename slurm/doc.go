@@ -16,8 +16,9 @@
 //     `scancel --signal=USR1 --batch` delivers the same signal on demand,
 //     which is how the tests prove it.
 //   - The signal's timing is only accurate to about 30 s and it arrives
-//     together with SIGCONT (shared/notes/local-slurm.md); programs must
-//     not rely on either being alone.
+//     together with SIGCONT (on Slurm 22.05, `--time=1 --signal=B:USR1@5`
+//     signalled 25 to 32 s after the start, not 55 s, always with
+//     SIGCONT); programs must not rely on either being alone.
 //   - `--open-mode=append` keeps a requeued task's earlier output in its log;
 //     without it every restart truncates the log.
 //   - A job that Slurm has forgotten (MinJobAge after it ended) makes squeue

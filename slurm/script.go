@@ -10,8 +10,9 @@ import (
 
 // DefaultGrace is how long before the time limit Slurm signals the job
 // when Script.Grace is zero: Hydra's submitit launcher uses 120 s too, and
-// Slurm may send the signal up to a minute early or late (sbatch(1),
-// shared/notes/local-slurm.md), so much less risks no warning at all.
+// Slurm may send the signal up to a minute early or late (sbatch(1); on
+// Slurm 22.05, --time=1 with USR1@5 signalled 25 to 32 s after the start,
+// not 55 s), so much less risks no warning at all.
 const DefaultGrace = 2 * time.Minute
 
 // maxGrace is the largest --signal lead time Slurm stores (a uint16 of

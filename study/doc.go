@@ -24,7 +24,8 @@
 //		err = run.Finish(ctx, study.StateDone, score, "")
 //	}
 //
-// On disk (names in the store; DESIGN.md "On disk"):
+// On disk (names in the store; they are the on-disk format, which running
+// studies depend on, so they change only with a format version):
 //
 //	study/<study>/spec                  the study record: canonical spec blob, created by claim
 //	study/<study>/trial/<n>/<attempt>   one record per attempt, rewritten as it goes

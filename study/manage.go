@@ -26,8 +26,8 @@ import (
 //
 // Changes are found by a predictable name (a probe of change/<k+1> at each
 // look that reads the store: one stat when nothing changed), never by a
-// listing, which on NFS can miss entries made in the last minute
-// (DESIGN.md, "Address by name").
+// listing, which on NFS can miss entries made in the last 30 to 60 s
+// (while an open or link of a known name is answered by the server).
 
 // ErrBelowClaimed: a budget was asked lower than the trials already
 // claimed; a claimed trial is never given back.

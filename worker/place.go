@@ -289,8 +289,8 @@ func (p *Placement) markLost(err error) {
 // exact). A lost race for a slot moves on to the next slot and worker,
 // then reads the folder again. No worker is overbooked, whatever the
 // number of placers and machines: every slot is one name claimed by
-// link(2). Listings only guide the search (DESIGN.md: on NFS a listing
-// may miss a name made in the last minute): a lease the listing missed
+// link(2). Listings only guide the search (on NFS a listing can miss a
+// name made in the last 30 to 60 s): a lease the listing missed
 // makes the Claim fail and the next slot is tried; a worker registered
 // moments ago may be missed until the next call.
 //

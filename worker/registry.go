@@ -44,7 +44,9 @@ func HeartbeatInterval(timeout time.Duration) time.Duration {
 // does not know.
 const WorkerRecordVersion = 1
 
-// Names in the store (DESIGN.md "On disk").
+// Names in the store. Like every name, they are part of the on-disk
+// format: running workers and studies depend on them, so they change
+// only with a new format version.
 const (
 	workersPrefix = "workers"
 	leasesPrefix  = "leases"

@@ -14,8 +14,8 @@ import (
 	"testing"
 )
 
-// fixtureFile is testdata/zarr-v{2,3}/expected.json (shared/fixtures,
-// written by zarr-python 2.13 and by hand from the v3 spec).
+// fixtureFile is testdata/zarr-v{2,3}/expected.json (written by
+// zarr-python 2.13 and by hand from the v3 spec; testdata/README.md).
 type fixtureFile struct {
 	Arrays map[string]fixtureArray `json:"arrays"`
 }

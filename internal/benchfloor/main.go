@@ -7,12 +7,12 @@
 //	benchfloor soma -bin SOMA-TRIAL -root DIR -n N -p P -- /bin/echo 1
 //	benchfloor table -n N < results.jsonl
 //
-// One floor trial is what DESIGN.md asks of any runner, minus everything
-// else: a unique temp file written, fsync'd and closed, claimed under the
-// trial's name by link(2) (EEXIST: the next number), the folder fsync'd;
-// one fork+exec of the objective, its last stdout line parsed as the
-// score; a second temp file written, fsync'd, closed and renamed over the
-// name, the folder fsync'd.
+// One floor trial is the least that any runner claiming trials safely on
+// NFS must do, and nothing else: a unique temp file written, fsync'd and
+// closed, claimed under the trial's name by link(2) (EEXIST: the next
+// number), the folder fsync'd; one fork+exec of the objective, its last
+// stdout line parsed as the score; a second temp file written, fsync'd,
+// closed and renamed over the name, the folder fsync'd.
 //
 // floor and soma print one JSON Result on stdout; table reads those and
 // the Optuna script's (scripts/bench_trial_optuna.py), one per line, and
