@@ -14,7 +14,7 @@ func (NonePruner) Prune(int, []Step, History) (bool, error) { return false, nil 
 
 // PercentilePruner prunes a trial whose best value so far is worse than a
 // percentile of the finished trials' values at the same step (Optuna's
-// PercentilePruner and MedianPruner; notes/samplers.md §4.1). It prunes at
+// PercentilePruner and MedianPruner, whose rules these are). It prunes at
 // a report iff all hold:
 //
 //  1. at least max(1, Startup) other trials are StateDone;
@@ -148,7 +148,7 @@ func percentile(vals []float64, q float64) float64 {
 }
 
 // ASHAPruner is asynchronous successive halving as Optuna's
-// SuccessiveHalvingPruner does it (notes/samplers.md §4.2): rung k sits at
+// SuccessiveHalvingPruner does it (Li et al., MLSys 2020): rung k sits at
 // step r·Eta^(MinEarlyStoppingRate+k), and a trial reaching a rung is kept
 // only if its value there is within the best 1/Eta of every value recorded
 // at that rung (the first Eta−1 arrivals must be the best so far). It is

@@ -1,8 +1,8 @@
 package study
 
-// Counter-based randomness (notes/samplers.md §3): every draw is a pure
-// function of (seed, trial, name, j), so any machine can compute trial t's
-// draws without replaying trials 0..t-1 and without shared state.
+// Counter-based randomness: every draw is a pure function of (seed,
+// trial, name, j), so any machine can compute trial t's draws without
+// replaying trials 0..t-1 and without shared state.
 
 // golden is SplitMix64's increment γ (Steele, Lea & Flood, OOPSLA 2014).
 const golden = 0x9E3779B97F4A7C15

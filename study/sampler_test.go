@@ -60,7 +60,7 @@ func TestIndexSamplersDependOnlyOnSeedAndTrial(t *testing.T) {
 }
 
 // TestSobolUnscrambled checks the direction numbers against scipy's
-// documented first 8 points of the 2-d sequence (notes/samplers.md §2.1).
+// first 8 points of the 2-d sequence (scipy.stats.qmc.Sobol, scramble=False).
 func TestSobolUnscrambled(t *testing.T) {
 	want := [][2]float64{{0, 0}, {.5, .5}, {.75, .25}, {.25, .75}, {.375, .375}, {.875, .875}, {.625, .125}, {.125, .625}}
 	d0 := sobolDim{v: sobolV(0)}
