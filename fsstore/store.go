@@ -132,8 +132,14 @@ func Open(root string, opts Options) (*Store, error) {
 	b, err := s.readMarker()
 	switch {
 	case err == nil:
+		// A refused marker closes what was opened: it used to return the
+		// store with the error, and a caller that dropped it on error
+		// leaked its descriptors.
+		if err := s.checkMarker(b); err != nil {
+			return nil, err
+		}
 		ok = true
-		return s, s.checkMarker(b)
+		return s, nil
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("fsstore: open %s: %w", abs, err)
 	}
@@ -149,8 +155,11 @@ func Open(root string, opts Options) (*Store, error) {
 		// soma-trials starting together on a new folder; one in three
 		// runs, one of them refused the store as "not a store".)
 		if b, err := s.readMarker(); err == nil {
+			if err := s.checkMarker(b); err != nil {
+				return nil, err
+			}
 			ok = true
-			return s, s.checkMarker(b)
+			return s, nil
 		}
 		return nil, notStore(abs, entries)
 	case !opts.Create:
