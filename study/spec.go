@@ -273,9 +273,13 @@ func checkMetric(m string) error {
 //	batch = "int:16:256:log" # the --param syntax also works
 //	opt = { type = "choice", choices = ["adam", "sgd"] }
 //	epochs = { type = "fixed", value = 10 }
+//	momentum = { type = "float", low = 0, high = 0.99, when = "opt == 'sgd'" }
+//	nesterov = "choice:yes,no if opt == sgd"   # flag syntax: " if " CONDITION
 //
 // Params may also be tables ([param.lr] with type, low, high, step, log,
-// choices, value). Their order in the file is the space's knob order.
+// choices, value, when). Their order in the file is the space's knob
+// order. A param with when is conditional (cond.go): absent from the
+// points where its condition is false.
 func ParseSpec(tomlText []byte) (*Spec, error) {
 	var raw map[string]any
 	md, err := toml.Decode(string(tomlText), &raw)
@@ -372,6 +376,8 @@ func ParseSpec(tomlText []byte) (*Spec, error) {
 //	layers=int:2:8               int; also :step=2
 //	opt=choice:adam,sgd          one of the listed options
 //	epochs=fixed:10              always 10
+//	mom=float:0:1 if opt==sgd    only where opt is sgd (see cond.go:
+//	                             ==, !=, in [a,b], <, <=, >, >= on int, and)
 //
 // direction is minimize, maximize or "" (unknown). sampler and pruner are
 // a name optionally followed by ':' and key=value options joined by ',',
@@ -416,8 +422,20 @@ func SpecFromFlags(params []string, direction, sampler, pruner string, budget in
 	return s, nil
 }
 
-// knobFromText parses the flag syntax kind:args for knob name.
+// knobFromText parses the flag syntax kind:args[ if CONDITION] for knob
+// name.
 func knobFromText(name, def string) (Knob, error) {
+	def, when, hasWhen := strings.Cut(def, " if ")
+	k, err := knobFromDef(name, def)
+	if hasWhen {
+		if k.When = strings.TrimSpace(when); k.When == "" {
+			return k, fmt.Errorf("study: param %q: nothing after \" if \" (write e.g. %s=%s if opt == sgd)", name, name, def)
+		}
+	}
+	return k, err
+}
+
+func knobFromDef(name, def string) (Knob, error) {
 	kindText, rest, _ := strings.Cut(def, ":")
 	kind, err := ParseKnobKind(kindText)
 	if err != nil {
@@ -510,6 +528,9 @@ func knobFromValue(name string, v any) (Knob, error) {
 		return Knob{}, fmt.Errorf("study: param.%s: %w", name, err)
 	}
 	k := Knob{Name: name, Kind: kind}
+	if k.When, _, err = o.str("when"); err != nil {
+		return k, err
+	}
 	var allowed []string
 	switch kind {
 	case KnobInt, KnobFloat:
@@ -558,7 +579,7 @@ func knobFromValue(name string, v any) (Knob, error) {
 			return k, fmt.Errorf("study: param.%s: fixed needs a value (value = 10)", name)
 		}
 	}
-	if err := o.done(allowed); err != nil {
+	if err := o.done(append(allowed, "when")); err != nil {
 		return k, err
 	}
 	return k, nil
@@ -938,6 +959,9 @@ type canonParam struct {
 	Log     bool     `json:"log"`
 	Choices []string `json:"choices"`
 	Value   string   `json:"value"`
+	// When is omitted when empty, so that unconditional specs keep the
+	// canonical bytes they had before conditions existed.
+	When string `json:"when,omitempty"`
 }
 
 const canonFormat = "soma-study-spec"
@@ -964,7 +988,7 @@ func (s *Spec) Canonical() []byte {
 				ch = []string{}
 			}
 			c.Params = append(c.Params, canonParam{Name: k.Name, Type: k.Kind.String(), Low: k.Low, High: k.High,
-				Step: k.Step, Log: k.Log, Choices: ch, Value: k.Value})
+				Step: k.Step, Log: k.Log, Choices: ch, Value: k.Value, When: k.When})
 		}
 	}
 	var b bytes.Buffer
@@ -1012,7 +1036,7 @@ func ParseCanonical(b []byte) (*Spec, error) {
 		if len(p.Choices) > 0 {
 			ch = p.Choices
 		}
-		knobs[i] = Knob{Name: p.Name, Kind: kind, Low: p.Low, High: p.High, Step: p.Step, Log: p.Log, Choices: ch, Value: p.Value}
+		knobs[i] = Knob{Name: p.Name, Kind: kind, Low: p.Low, High: p.High, Step: p.Step, Log: p.Log, Choices: ch, Value: p.Value, When: p.When}
 	}
 	if s.Space, err = NewSpace(knobs); err != nil {
 		return nil, err
@@ -1068,6 +1092,9 @@ func specLines(s *Spec) [][2]string {
 				add(pre+".choices", strings.Join(k.Choices, ","))
 			case KnobFixed:
 				add(pre+".value", strconv.Quote(k.Value))
+			}
+			if k.When != "" {
+				add(pre+".when", strconv.Quote(k.When))
 			}
 		}
 		add("param order", strings.Join(names, ","))

@@ -8,7 +8,9 @@
 //
 //   - The point arrives as SOMA_PARAMS (JSON), one SOMA_PARAM_<NAME> per
 //     knob (name upper-cased, other characters than letters and digits
-//     as '_'), and as {name} substitutions in the arguments. SOMA_STUDY,
+//     as '_'), and as {name} substitutions in the arguments. A knob absent
+//     from the point (its condition is false) is in none of them; {name?}
+//     substitutes its text, or nothing where it is absent. SOMA_STUDY,
 //     SOMA_TRIAL, SOMA_ATTEMPT and SOMA_TRIAL_DIR (a per-trial folder) are
 //     set too; {study}, {trial}, {attempt} and {trial_dir} substitute.
 //   - On fd $SOMA_REPORT_FD (3) it may write lines "report <step> <value>"
@@ -39,6 +41,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,8 +55,13 @@ import (
 //go:embed soma_report.py
 var Helper []byte
 
-// Param is one knob's value as text.
-type Param struct{ Name, Text string }
+// Param is one knob's value as text. An Absent param (a conditional knob
+// whose condition is false in this point) has no text: it is left out of
+// the environment, {name?} substitutes "" for it, and {name} is an error.
+type Param struct {
+	Name, Text string
+	Absent     bool
+}
 
 // Step is one intermediate value.
 type Step struct {
@@ -136,19 +144,25 @@ type Result struct {
 // should stop rather than burn the budget.
 var ErrStart = errors.New("objective: cannot start")
 
-var placeholder = regexp.MustCompile(`\{([A-Za-z_][A-Za-z0-9_.\-]*)\}`)
+var placeholder = regexp.MustCompile(`\{([A-Za-z_][A-Za-z0-9_.\-]*)(\?)?\}`)
 
 // Substitute replaces {name} in each argument by the parameter's text or
-// one of vars. An unknown {name} is an error naming it and what exists.
+// one of vars, and {name?} likewise, or by "" where the parameter is
+// absent. An unknown name, and {name} for an absent parameter, are errors
+// naming it.
 func Substitute(argv []string, params []Param, vars map[string]string) ([]string, error) {
 	lookup := make(map[string]string, len(params)+len(vars))
 	var known []string
 	for k, v := range vars {
 		lookup[k] = v
 	}
+	absent := map[string]bool{}
 	for _, p := range params {
 		lookup[p.Name] = p.Text
 		known = append(known, p.Name)
+		if p.Absent {
+			absent[p.Name] = true
+		}
 	}
 	out := make([]string, len(argv))
 	for i, a := range argv {
@@ -156,20 +170,48 @@ func Substitute(argv []string, params []Param, vars map[string]string) ([]string
 			out[i] = a // most arguments: no regexp run
 			continue
 		}
-		var bad string
+		var bad, gone string
 		out[i] = placeholder.ReplaceAllStringFunc(a, func(m string) string {
-			name := m[1 : len(m)-1]
-			if v, ok := lookup[name]; ok {
-				return v
+			name, opt := strings.CutSuffix(m[1:len(m)-1], "?")
+			v, ok := lookup[name]
+			switch {
+			case !ok:
+				bad = name
+				return m
+			case absent[name] && !opt:
+				gone = name
+				return m
 			}
-			bad = name
-			return m
+			return v
 		})
 		if bad != "" {
 			return nil, fmt.Errorf("objective: argument %q: {%s} is not a parameter (parameters: %s; also {study} {trial} {attempt} {trial_dir})", a, bad, strings.Join(known, ", "))
 		}
+		if gone != "" {
+			return nil, fmt.Errorf("objective: argument %q: param %s is absent from this point (its condition is false); write {%s?} for an empty string where it is absent", a, gone, gone)
+		}
 	}
 	return out, nil
+}
+
+// CheckArgs checks argv's placeholders before any trial runs, so that a
+// mistake is one clear error rather than a failed trial per point: every
+// {name} or {name?} must name one of params or vars, and a param that can
+// be absent from a point (conditional maps it to its condition) must be
+// written {name?}.
+func CheckArgs(argv []string, params []string, conditional map[string]string, vars []string) error {
+	for _, a := range argv {
+		for _, m := range placeholder.FindAllStringSubmatch(a, -1) {
+			name, opt := m[1], m[2] == "?"
+			if !slices.Contains(params, name) && !slices.Contains(vars, name) {
+				return fmt.Errorf("objective: argument %q: {%s} is not a parameter (parameters: %s; also {study} {trial} {attempt} {trial_dir})", a, name, strings.Join(params, ", "))
+			}
+			if when, ok := conditional[name]; ok && !opt {
+				return fmt.Errorf("objective: argument %q: param %s is absent where its condition (%s) is false; write {%s?}, which is empty there", a, name, when, name)
+			}
+		}
+	}
+	return nil
 }
 
 // EnvName is the SOMA_PARAM_<NAME> variable for a knob.
@@ -636,7 +678,9 @@ func buildEnv(o Options) []string {
 	env = append([]string(nil), env...)
 	env = append(env, "SOMA_PARAMS="+string(o.ParamsJSON), "SOMA_REPORT_FD=3", "SOMA_CONTROL_FD=4")
 	for _, p := range o.Params {
-		env = append(env, EnvName(p.Name)+"="+p.Text)
+		if !p.Absent {
+			env = append(env, EnvName(p.Name)+"="+p.Text)
+		}
 	}
 	for k, v := range o.Vars {
 		env = append(env, "SOMA_"+strings.ToUpper(k)+"="+v)

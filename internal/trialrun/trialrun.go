@@ -124,6 +124,9 @@ func Run(ctx context.Context, st *study.Study, root string, o Options, sig <-cha
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
+	if err := CheckArgs(o.Argv, st.Space()); err != nil {
+		return Summary{}, err
+	}
 	l := &loop{st: st, root: root, o: o, sig: sig, stops: map[int]chan objective.Stop{}, logs: map[int]*workerLog{}}
 	l.sum.States = map[string]int{}
 	if l.env = o.Env; l.env == nil {
@@ -506,7 +509,7 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) (record func()
 	kvs := run.Values()
 	params := make([]objective.Param, len(kvs))
 	for i, kv := range kvs {
-		params[i] = objective.Param{Name: kv.Name, Text: kv.Text}
+		params[i] = objective.Param{Name: kv.Name, Text: kv.Text, Absent: kv.Absent}
 	}
 	pj, err := run.PointJSON()
 	if err != nil {
