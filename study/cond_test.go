@@ -539,3 +539,67 @@ func TestGridSpecConditional(t *testing.T) {
 		t.Errorf("grid budget = %d, want 10 valid cells", s.Budget)
 	}
 }
+
+// FuzzConditionalSpace builds a space from four fuzzed conditions and,
+// when NewSpace accepts it, checks that every sampler gives valid points
+// (present exactly where the conditions hold, text round trip) and that
+// grid's cells are exactly the valid points. The seeds run as a regular
+// test.
+func FuzzConditionalSpace(f *testing.F) {
+	f.Add("", "a == p", "n >= 2 and a != r", "f2 == 1 and n in [1, 5]")  // a chain
+	f.Add("", "a == p", "n >= 2 and a != r", "f2 == 1 and n in [1, -3]") // never holds
+	f.Add("g == y", "a in [p, q]", "g not in [x]", "")
+	f.Add("n < 0", "", "a == q", "n > -3")
+	f.Add("a == p", "g == x", "n != 0", "a == q") // a tests itself
+	f.Add("n > 1", "a == q", "", "")              // a cycle
+	f.Fuzz(func(t *testing.T, wa, wn, wf, wg string) {
+		s, err := NewSpace([]Knob{
+			{Name: "a", Kind: KnobChoice, Choices: []string{"p", "q", "r"}, When: wa},
+			{Name: "n", Kind: KnobInt, Low: -3, High: 5, When: wn},
+			{Name: "f2", Kind: KnobInt, Low: 0, High: 2, When: wf},
+			{Name: "g", Kind: KnobChoice, Choices: []string{"x", "y"}, When: wg},
+		})
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "study: ") {
+				t.Fatalf("NewSpace error %q lacks the package prefix", err)
+			}
+			return
+		}
+		for _, sm := range []Sampler{NewRandomSampler(1), NewSobolSampler(1), NewTPESampler(1, TPEOptions{Startup: 3})} {
+			h := History{Direction: Minimize}
+			for trial := range 12 {
+				p, err := sm.Ask(s, trial, h)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkConditional(t, s, p)
+				h.Trials = append(h.Trials, Trial{Number: trial, State: StateDone, Point: p, Score: float64(trial % 5), HasScore: true})
+			}
+		}
+		want := bruteGrid(s)
+		size, _ := s.Size()
+		if size != len(want) {
+			t.Fatalf("Size = %d, want %d valid points", size, len(want))
+		}
+		var got []string
+		for trial := range size {
+			p, err := NewGridSampler().Ask(s, trial, History{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkConditional(t, s, p)
+			got = append(got, s.FormatPoint(p))
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("grid cells %q, want %q", got, want)
+		}
+		// Every valid point's presence pattern must be reachable: a knob
+		// NewSpace accepted can be present somewhere.
+		for i, k := range s.knobs {
+			if !slices.ContainsFunc(want, func(p string) bool { return strings.HasPrefix(p, k.Name+"=") || strings.Contains(p, ","+k.Name+"=") }) {
+				t.Fatalf("knob %d (%s, when %q) is absent from every valid point, yet NewSpace accepted it", i, k.Name, k.When)
+			}
+		}
+	})
+}

@@ -134,8 +134,11 @@ type Space struct {
 // duplicate name, an empty range, a bound that is not finite, an int
 // bound beyond ±2^53, a log scale with a non-positive low, a step that
 // does not divide the range or that float64 cannot resolve, and an option
-// or fixed value that could not be read back from a point's text.
-// Whatever it accepts, every sampler can sample. Knobs are copied; Int
+// or fixed value that could not be read back from a point's text; and,
+// for conditional knobs (When, cond.go), a condition that does not parse,
+// names an unknown knob or option, tests a float or fixed knob, forms a
+// cycle or can never hold. Whatever it accepts, every sampler can sample,
+// and every knob is present in some point. Knobs are copied; Int
 // knobs with Step 0 get Step 1, and bounds of −0 become 0.
 func NewSpace(knobs []Knob) (*Space, error) {
 	if len(knobs) == 0 {
