@@ -42,6 +42,11 @@ type Spec struct {
 	// trial is failed for good (0: never). Interrupted and stale attempts
 	// are always retried.
 	MaxRetries int
+	// Directions and Metrics define a study with several objectives (at
+	// least two, one metric per direction; objectives.go); Direction and
+	// Metric are then unset.
+	Directions []Direction
+	Metrics    []string
 }
 
 // SamplerSpec chooses and configures a sampler. Fields that do not apply
@@ -87,6 +92,9 @@ type PrunerSpec struct {
 	Eta int
 	// MinEarlyStoppingRate (asha): s in r·Eta^(s+k). Default 0.
 	MinEarlyStoppingRate int
+	// Metric, with several objectives, names the metric whose
+	// intermediate values the pruner judges (required then, "" otherwise).
+	Metric string
 }
 
 // Names of samplers and pruners, in the order they are listed in errors.
@@ -107,11 +115,11 @@ func samplerKeys(name string) []string {
 func prunerKeys(name string) []string {
 	switch name {
 	case "median":
-		return []string{"startup", "warmup", "interval", "min_trials"}
+		return []string{"startup", "warmup", "interval", "min_trials", "metric"}
 	case "percentile":
-		return []string{"percentile", "startup", "warmup", "interval", "min_trials"}
+		return []string{"percentile", "startup", "warmup", "interval", "min_trials", "metric"}
 	case "asha":
-		return []string{"min_resource", "eta", "min_early_stopping_rate"}
+		return []string{"min_resource", "eta", "min_early_stopping_rate", "metric"}
 	}
 	return nil
 }
@@ -155,7 +163,10 @@ func (s *Spec) Validate() error {
 	if s.Direction != Minimize && s.Direction != Maximize && s.Direction != DirectionUnknown {
 		return fmt.Errorf("study: direction %d: want minimize or maximize", int(s.Direction))
 	}
-	if s.Direction == DirectionUnknown {
+	if err := s.validateObjectives(); err != nil {
+		return err
+	}
+	if s.Direction == DirectionUnknown && len(s.Directions) == 0 {
 		if s.Sampler.Name == "tpe" {
 			return fmt.Errorf(`study: sampler tpe compares scores, so it needs a direction (set direction = "minimize" or "maximize", or use sampler random, sobol or grid)`)
 		}
@@ -293,7 +304,15 @@ func ParseSpec(tomlText []byte) (*Spec, error) {
 		return nil, fmt.Errorf("study: spec version %d: this soma reads version %d", v, SpecVersion)
 	}
 	s := &Spec{}
-	if d, ok, err := top.str("direction"); err != nil {
+	if s.Metrics, _, err = top.texts("metrics"); err != nil {
+		return nil, err
+	}
+	if v, isList := raw["direction"].([]any); isList {
+		top.take("direction")
+		if s.Directions, err = parseDirections(v); err != nil {
+			return nil, err
+		}
+	} else if d, ok, err := top.str("direction"); err != nil {
 		return nil, err
 	} else if ok {
 		if s.Direction, err = ParseDirection(d); err != nil || d == "unknown" || d == "" {
@@ -355,7 +374,7 @@ func ParseSpec(tomlText []byte) (*Spec, error) {
 		}
 		knobs = append(knobs, k)
 	}
-	if err := top.done([]string{"version", "direction", "metric", "budget", "seed", "max_retries", "sampler", "pruner", "param"}); err != nil {
+	if err := top.done([]string{"version", "direction", "metric", "metrics", "budget", "seed", "max_retries", "sampler", "pruner", "param"}); err != nil {
 		return nil, err
 	}
 	if s.Space, err = NewSpace(knobs); err != nil {
@@ -665,6 +684,11 @@ func prunerFromOpts(o *opts) (PrunerSpec, error) {
 		}
 	}
 	p.Startup, p.MinTrials, p.Eta, p.MinEarlyStoppingRate = int(startup), int(minTrials), int(eta), int(rate)
+	if name != "none" {
+		if p.Metric, _, err = o.str("metric"); err != nil {
+			return p, err
+		}
+	}
 	if err := o.doneFor("pruner", name, append([]string{"name"}, prunerKeys(name)...), prunerNames, prunerKeys); err != nil {
 		return p, err
 	}
@@ -930,6 +954,10 @@ type canonSpec struct {
 	Sampler    canonSampler `json:"sampler"`
 	Pruner     canonPruner  `json:"pruner"`
 	Params     []canonParam `json:"params"`
+	// Several objectives; omitted for one, so that those specs keep their
+	// canonical bytes.
+	Directions []string `json:"directions,omitempty"`
+	Metrics    []string `json:"metrics,omitempty"`
 }
 
 type canonSampler struct {
@@ -948,6 +976,7 @@ type canonPruner struct {
 	MinResource          int64   `json:"min_resource"`
 	Eta                  int     `json:"eta"`
 	MinEarlyStoppingRate int     `json:"min_early_stopping_rate"`
+	Metric               string  `json:"metric,omitempty"`
 }
 
 type canonParam struct {
@@ -980,6 +1009,10 @@ func (s *Spec) Canonical() []byte {
 		MaxRetries: s.MaxRetries,
 		Sampler:    canonSampler(s.Sampler),
 		Pruner:     canonPruner(s.Pruner),
+		Metrics:    s.Metrics,
+	}
+	for _, d := range s.Directions {
+		c.Directions = append(c.Directions, d.String())
 	}
 	if s.Space != nil {
 		for _, k := range s.Space.knobs {
@@ -1025,7 +1058,14 @@ func ParseCanonical(b []byte) (*Spec, error) {
 		return nil, err
 	}
 	s := &Spec{Direction: dir, Metric: c.Metric, Budget: c.Budget, Seed: c.Seed, MaxRetries: c.MaxRetries,
-		Sampler: SamplerSpec(c.Sampler), Pruner: PrunerSpec(c.Pruner)}
+		Sampler: SamplerSpec(c.Sampler), Pruner: PrunerSpec(c.Pruner), Metrics: c.Metrics}
+	for _, d := range c.Directions {
+		x, err := ParseDirection(d)
+		if err != nil {
+			return nil, err
+		}
+		s.Directions = append(s.Directions, x)
+	}
 	knobs := make([]Knob, len(c.Params))
 	for i, p := range c.Params {
 		kind, err := ParseKnobKind(p.Type)
@@ -1057,6 +1097,11 @@ func specLines(s *Spec) [][2]string {
 	add("budget", s.Budget)
 	add("seed", s.Seed)
 	add("max_retries", s.MaxRetries)
+	if len(s.Directions) > 0 {
+		add("directions", s.Directions)
+		add("metrics", strings.Join(s.Metrics, ","))
+		add("pruner.metric", s.Pruner.Metric)
+	}
 	add("sampler.name", s.Sampler.Name)
 	if s.Sampler.Name == "tpe" {
 		add("sampler.startup", s.Sampler.Startup)
