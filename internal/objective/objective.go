@@ -19,7 +19,10 @@
 //     pruned, every later report gets "prune"; verdicts that no longer
 //     fit in the pipe because it never reads them are dropped).
 //   - Without a "final" line, the last non-empty line of stdout must be the
-//     score: a number alone on the line (for example "0.9312").
+//     score: a number alone on the line (for example "0.9312"). A study
+//     with several objectives (Options.Metrics) takes one score per
+//     metric, in order, on the final line or the last line of stdout
+//     ("final 0.12 35.1", "0.12 35.1").
 //   - A non-zero exit, no score, or a score that is NaN, infinite or not a
 //     number fails the trial; stderr's tail is kept as the reason.
 //   - The objective runs in its own process group, and its whole process
@@ -88,6 +91,12 @@ type Options struct {
 	OnReport func(step int64, value float64) (prune bool)
 	// PythonPath, if set, is prepended to PYTHONPATH (where soma_report.py is).
 	PythonPath string
+	// Metrics names the objectives of a study with several (two or
+	// more): the objective then reports one score per metric, in this
+	// order, as "final <a> <b>" or as the last line of stdout, and a run
+	// that gives fewer or more fails naming the metric. Nil or one name:
+	// one score.
+	Metrics []string
 	// Guard is the executable that runs as the objective's guard: a
 	// program that calls GuardMain first thing (soma-trial, or a test
 	// binary from its TestMain), usually "/proc/self/exe", which stays the
@@ -129,6 +138,9 @@ type Result struct {
 	Outcome  Outcome
 	Score    float64 // Done: the final score; Pruned: the last value
 	HasScore bool
+	// Scores holds one score per metric when Options.Metrics has several
+	// (Done only); Score is then Scores[0].
+	Scores   []float64
 	Curve    []Step
 	PrunedAt int64 // the step at which it was pruned
 	// Reason explains Failed (and says how other outcomes came about).
@@ -377,6 +389,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	res := Result{Argv: argv, ExitCode: -1}
 	var mu sync.Mutex // guards res.Curve, final, protoErr
 	var final *float64
+	var finalFields []string // the final line's values
 	var protoErr string
 	pruneAt := make(chan int64, 1)
 	pruned := false
@@ -392,6 +405,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 		case kind == "final":
 			v := val
 			final = &v
+			finalFields = strings.Fields(text)[1:]
 		case kind == "report":
 			res.Curve = append(res.Curve, Step{step, val})
 		}
@@ -573,8 +587,21 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 		res.Reason = exitReason(werr)
 	case protoErr != "":
 		res.Reason = "bad report line: " + protoErr
+	case final != nil && len(o.Metrics) > 1:
+		res.Reason = o.takeScores(&res, finalFields, "the final line")
 	case final != nil:
+		if len(finalFields) > 1 {
+			res.Reason = fmt.Sprintf("final gave %d values, but the study has one objective (write \"final <score>\")", len(finalFields))
+			return res, nil
+		}
 		res.Score, res.HasScore = *final, true
+	case len(o.Metrics) > 1:
+		l := strings.TrimSpace(last.String())
+		if l == "" {
+			res.Reason = fmt.Sprintf("no scores: nothing on fd $SOMA_REPORT_FD and stdout is empty (print the %s scores as the last line, or use final())", strings.Join(o.Metrics, " "))
+			return res, nil
+		}
+		res.Reason = o.takeScores(&res, strings.Fields(l), "the last line of stdout")
 	default:
 		l := strings.TrimSpace(last.String())
 		if l == "" {
@@ -644,6 +671,28 @@ func exitReason(e exit) string {
 	return fmt.Sprintf("exit status %d", e.ws.ExitStatus())
 }
 
+// takeScores reads one score per metric from fields into res, or returns
+// why it could not, naming the metric at fault.
+func (o *Options) takeScores(res *Result, fields []string, where string) string {
+	want := "write them in this order: " + strings.Join(o.Metrics, " ")
+	if len(fields) < len(o.Metrics) {
+		return fmt.Sprintf("no score for %s: %s has %d of the %d scores (%s)", o.Metrics[len(fields)], where, len(fields), len(o.Metrics), want)
+	}
+	if len(fields) > len(o.Metrics) {
+		return fmt.Sprintf("%s has %d values for %d metrics (%s)", where, len(fields), len(o.Metrics), want)
+	}
+	scores := make([]float64, len(fields))
+	for i, f := range fields {
+		x, err := strconv.ParseFloat(f, 64)
+		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+			return fmt.Sprintf("score for %s is %q in %s, not a finite number", o.Metrics[i], truncate(f, 40), where)
+		}
+		scores[i] = x
+	}
+	res.Scores, res.Score, res.HasScore = scores, scores[0], true
+	return ""
+}
+
 // parseLine reads one line of the report protocol.
 func parseLine(s string) (kind string, step int64, val float64, err error) {
 	f := strings.Fields(s)
@@ -658,11 +707,15 @@ func parseLine(s string) (kind string, step int64, val float64, err error) {
 			return "", 0, 0, fmt.Errorf("%q: value is not a number", truncate(s, 80))
 		}
 		return "report", step, val, nil
-	case len(f) == 2 && f[0] == "final":
-		val, err = strconv.ParseFloat(f[1], 64)
-		if err != nil {
-			return "", 0, 0, fmt.Errorf("%q: score is not a number", truncate(s, 80))
+	case len(f) >= 2 && f[0] == "final":
+		// Several values are several objectives' scores; Run checks
+		// their number against Options.Metrics.
+		for _, t := range f[1:] {
+			if _, err := strconv.ParseFloat(t, 64); err != nil {
+				return "", 0, 0, fmt.Errorf("%q: score is not a number", truncate(s, 80))
+			}
 		}
+		val, _ = strconv.ParseFloat(f[1], 64)
 		return "final", 0, val, nil
 	case len(f) == 0:
 		return "", 0, 0, nil

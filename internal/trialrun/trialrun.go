@@ -634,6 +634,7 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) (record func()
 		Timeout:    l.o.Timeout,
 		Grace:      l.o.KillGrace,
 		OnReport:   onReport,
+		Metrics:    l.st.Spec().Metrics,
 		PythonPath: l.o.PythonPath,
 		Guard:      l.o.Guard,
 	}, stop)
@@ -702,7 +703,12 @@ func (l *loop) record(ctx context.Context, w int, run *study.Run, res objective.
 		l.note(n, a, shortPoint(run.Values()), "superseded", "", res.Duration)
 		return nil
 	}
-	ferr := run.Finish(rctx, state, score, reason)
+	var ferr error
+	if state == study.StateDone && len(res.Scores) > 1 {
+		ferr = run.FinishScores(rctx, res.Scores, reason)
+	} else {
+		ferr = run.Finish(rctx, state, score, reason)
+	}
 	switch {
 	case errors.Is(ferr, study.ErrSuperseded):
 		l.note(n, a, shortPoint(run.Values()), "superseded", "result discarded: a newer attempt exists", res.Duration)
@@ -718,6 +724,13 @@ func (l *loop) record(ctx context.Context, w int, run *study.Run, res objective.
 	switch state {
 	case study.StateDone:
 		detail = "score " + strconv.FormatFloat(score, 'g', 6, 64)
+		if len(res.Scores) > 1 {
+			t := make([]string, len(res.Scores))
+			for i, x := range res.Scores {
+				t[i] = strconv.FormatFloat(x, 'g', 6, 64)
+			}
+			detail = "scores " + strings.Join(t, " ")
+		}
 	case study.StatePruned:
 		detail = fmt.Sprintf("at step %d (value %.6g)", res.PrunedAt, score)
 	default:
