@@ -59,7 +59,8 @@ SOMA_PARAM_<NAME>, and written {mom?} in the command, which is empty
 there ({mom} alone is refused). It reports on file descriptor 3 ($SOMA_REPORT_FD), one line
 each:
     report <step> <value>      an intermediate value (the pruner judges it)
-    final <score>              the final score
+    final <score>              the final score (a study with several
+                               objectives: one per metric, in order)
 and after each report reads "continue" or "prune" on fd 4
 ($SOMA_CONTROL_FD). Python: "from soma_report import report, final"
 works as is (soma-trial puts the helper on PYTHONPATH); a loop that
