@@ -139,3 +139,77 @@ func ParetoFront(recs []Record, dirs []Direction) []Record {
 	slices.SortStableFunc(front, func(a, b Record) int { return a.Number - b.Number })
 	return front
 }
+
+// Hypervolume returns the volume of objective space that the points
+// (one score per direction each) dominate, bounded by ref: the union of
+// the boxes between each point and ref, with maximised objectives negated
+// so that every box runs from the point up to ref. A point not strictly
+// better than ref in every objective adds nothing. It slices along the
+// last objective and recurses (HSO, While et al. 2006): exact, and
+// O(n^d) for n points in d objectives, which is fine for the fronts a
+// study lists (hundreds of points, a few objectives).
+func Hypervolume(points [][]float64, dirs []Direction, ref []float64) float64 {
+	flip := func(i int, x float64) float64 {
+		if dirs[i] == Maximize {
+			return -x
+		}
+		return x
+	}
+	r := make([]float64, len(ref))
+	for i := range ref {
+		r[i] = flip(i, ref[i])
+	}
+	var ps [][]float64
+	for _, p := range points {
+		q := make([]float64, len(p))
+		inside := true
+		for i := range p {
+			q[i] = flip(i, p[i])
+			if q[i] >= r[i] {
+				inside = false
+			}
+		}
+		if inside {
+			ps = append(ps, q)
+		}
+	}
+	return hso(ps, r)
+}
+
+func hso(ps [][]float64, ref []float64) float64 {
+	if len(ps) == 0 {
+		return 0
+	}
+	d := len(ref) - 1
+	if d == 0 {
+		best := ref[0]
+		for _, p := range ps {
+			best = min(best, p[0])
+		}
+		return ref[0] - best
+	}
+	ps = slices.Clone(ps)
+	slices.SortFunc(ps, func(a, b []float64) int { return cmpFloat(a[d], b[d]) })
+	vol := 0.0
+	for i := range ps {
+		hi := ref[d]
+		if i+1 < len(ps) {
+			hi = ps[i+1][d]
+		}
+		if hi <= ps[i][d] {
+			continue
+		}
+		vol += hso(ps[:i+1], ref[:d]) * (hi - ps[i][d])
+	}
+	return vol
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -3,6 +3,7 @@ package study
 import (
 	"bytes"
 	"context"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -159,5 +160,31 @@ func TestParetoFront(t *testing.T) {
 	}
 	if !slices.Equal(got, []int{0, 1, 3, 5}) {
 		t.Errorf("ParetoFront = %v, want [0 1 3 5]", got)
+	}
+}
+
+func TestHypervolume(t *testing.T) {
+	minmin := []Direction{Minimize, Minimize}
+	tests := []struct {
+		name   string
+		points [][]float64
+		dirs   []Direction
+		ref    []float64
+		want   float64
+	}{
+		{"one box", [][]float64{{1, 1}}, minmin, []float64{3, 4}, 6},
+		{"staircase", [][]float64{{1, 3}, {2, 2}, {3, 1}}, minmin, []float64{4, 4}, 3 + 2 + 1},
+		{"dominated adds nothing", [][]float64{{1, 1}, {2, 2}}, minmin, []float64{3, 3}, 4},
+		{"outside ref adds nothing", [][]float64{{1, 1}, {5, 0}}, minmin, []float64{3, 3}, 4},
+		{"maximise", [][]float64{{1, 3}}, []Direction{Minimize, Maximize}, []float64{2, 1}, 2},
+		{"3-d", [][]float64{{0, 0, 1}, {1, 1, 0}}, []Direction{Minimize, Minimize, Minimize}, []float64{2, 2, 2}, 4 + 2 - 1},
+		{"empty", nil, minmin, []float64{1, 1}, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Hypervolume(tc.points, tc.dirs, tc.ref); math.Abs(got-tc.want) > 1e-12 {
+				t.Errorf("Hypervolume = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -90,6 +90,32 @@ m = "int:1:2 if opt == a"
 	if err := WriteFront(&js, f, BestArgs); err == nil || !strings.Contains(err.Error(), "has a front of 4") {
 		t.Errorf("args: %v, want a refusal", err)
 	}
+
+	// soma status: the front's size and hypervolume. References: error
+	// 2 + 1.5/10 = 2.15, speed 1 − 4/10 = 0.6; the front's boxes (speed
+	// negated) cover 1.15·2 + 1.35·2 + 1.65·0.4 = 5.66.
+	sv, err := Open(store.Root())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, asJSON := range []bool{false, true} {
+		var b bytes.Buffer
+		if err := NewViewer(sv, StatusOptions{Study: "mo", JSON: asJSON}).Render(ctx, &b); err != nil {
+			t.Fatal(err)
+		}
+		if asJSON {
+			for _, e := range studytest.CheckShape(JSONShape, b.Bytes()) {
+				t.Errorf("status JSON: %s", e)
+			}
+			if !strings.Contains(b.String(), `"hypervolume": 5.66`) && !strings.Contains(b.String(), `"hypervolume":5.66`) {
+				t.Errorf("status JSON lacks hypervolume 5.66:\n%s", b.String())
+			}
+			continue
+		}
+		if want := "front    4 trials on the Pareto front of error, speed (soma best lists them) · hypervolume 5.66 up to (2.15, 0.6)"; !strings.Contains(b.String(), want) {
+			t.Errorf("status text lacks %q:\n%s", want, b.String())
+		}
+	}
 }
 
 func equalInts(a, b []int) bool {
