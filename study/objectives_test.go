@@ -188,3 +188,52 @@ func TestHypervolume(t *testing.T) {
 		})
 	}
 }
+
+// TestPrunerJudgesItsMetric: with several objectives, a pruner compares
+// the reports in the direction of the metric it names, on both paths a
+// runner uses (Report, and Add then Judge). Bug: Judge handed the pruner
+// the study's direction, unknown with several objectives, and every
+// judgement failed with "the study has no direction".
+func TestPrunerJudgesItsMetric(t *testing.T) {
+	ctx := context.Background()
+	spec, err := ParseSpec([]byte(`direction = ["maximize", "minimize"]
+metrics = ["acc", "ms"]
+budget = 4
+sampler = "random"
+pruner = "median:metric=acc,startup=1"
+[param]
+x = "float:0:1"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := recOpen(t, recStore(t), "mo", spec, 0)
+	first, err := s.Next(ctx, Me(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Report(ctx, 0, 0.9); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.FinishScores(ctx, []float64{0.9, 10}, ""); err != nil {
+		t.Fatal(err)
+	}
+	// acc is maximised: 0.1 is worse than the median 0.9, 0.95 better.
+	r, err := s.Next(ctx, Me(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Add(0, 0.1); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.Judge(ctx, 0); err != nil || !got {
+		t.Errorf("Judge after acc 0.1 = %v, %v; want true", got, err)
+	}
+	r2, err := s.Next(ctx, Me(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r2.Report(ctx, 0, 0.95); err != nil || got {
+		t.Errorf("Report of acc 0.95 = %v, %v; want false", got, err)
+	}
+}
