@@ -91,6 +91,27 @@ m = "int:1:2 if opt == a"
 		t.Errorf("args: %v, want a refusal", err)
 	}
 
+	// soma trials: one score column per metric, and null for the absent
+	// conditional knob m.
+	var tj bytes.Buffer
+	if _, err := WriteTrials(ctx, st, &tj, TrialsOptions{Format: FormatJSON}); err != nil {
+		t.Fatal(err)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal(tj.Bytes(), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 5 || rows[3]["score_error"] != 0.8 || rows[3]["score_speed"] != 3.0 || rows[3]["params_m"] != nil || rows[0]["params_m"] != 1.0 {
+		t.Errorf("trials JSON rows: %v", rows)
+	}
+	var tc bytes.Buffer
+	if _, err := WriteTrials(ctx, st, &tc, TrialsOptions{Format: FormatCSV}); err != nil {
+		t.Fatal(err)
+	}
+	if h, _, _ := strings.Cut(tc.String(), "\n"); !strings.HasSuffix(h, ",params_opt,params_m,score_error,score_speed") {
+		t.Errorf("trials CSV header %q", h)
+	}
+
 	// soma status: the front's size and hypervolume. References: error
 	// 2 + 1.5/10 = 2.15, speed 1 − 4/10 = 0.6; the front's boxes (speed
 	// negated) cover 1.15·2 + 1.35·2 + 1.65·0.4 = 5.66.
