@@ -11,9 +11,9 @@ import (
 // ["error", "latency_ms"]. Each done trial then has one score per metric
 // (Record.Scores), and no single score is best: the answer is the Pareto
 // front (ParetoFront). Samplers that never compare scores (random, sobol,
-// grid) work unchanged; tpe is refused until it has a multi-objective
-// mode, and a pruner must be told which metric's intermediate values it
-// judges (pruner.metric).
+// grid) work unchanged, nsga2 (NSGA2Sampler) is made for them; tpe is
+// refused until it has a multi-objective mode, and a pruner must be told
+// which metric's intermediate values it judges (pruner.metric).
 
 // Objectives returns how many objectives the study has: len(Directions)
 // for a study with several, else 1.
@@ -27,6 +27,9 @@ func (s *Spec) Objectives() int {
 // validateObjectives checks the several-objectives fields of s.
 func (s *Spec) validateObjectives() error {
 	if len(s.Directions) == 0 {
+		if s.Sampler.Name == "nsga2" {
+			return fmt.Errorf(`study: sampler nsga2 is for several objectives (direction = ["minimize", "maximize"] with metrics); use tpe for one`)
+		}
 		if len(s.Metrics) > 0 {
 			return fmt.Errorf(`study: metrics %q needs a direction per metric (direction = ["minimize", "maximize"]); one objective takes metric = "name"`, s.Metrics)
 		}
@@ -64,7 +67,7 @@ func (s *Spec) validateObjectives() error {
 		}
 	}
 	if s.Sampler.Name == "tpe" {
-		return fmt.Errorf("study: sampler tpe has no mode for several objectives yet (MOTPE or NSGA-II, issue 21); use sampler random, sobol or grid")
+		return fmt.Errorf("study: sampler tpe has no mode for several objectives yet (MOTPE, issue 21); use sampler nsga2, random, sobol or grid")
 	}
 	if s.Pruner.Name != "none" && !slices.Contains(s.Metrics, s.Pruner.Metric) {
 		if s.Pruner.Metric == "" {

@@ -134,6 +134,7 @@ func (r *Record) Trial() Trial {
 		Point:    r.Point,
 		Score:    r.Score,
 		HasScore: r.HasScore,
+		Scores:   r.Scores,
 		Curve:    r.Curve,
 		LastStep: r.LastStep,
 		Who:      r.Who.String(),

@@ -52,7 +52,7 @@ type Spec struct {
 // SamplerSpec chooses and configures a sampler. Fields that do not apply
 // to Name are zero.
 type SamplerSpec struct {
-	// Name is random, sobol, grid or tpe.
+	// Name is random, sobol, grid, tpe, or nsga2 (several objectives).
 	Name string
 	// Startup (tpe) is how many trials must be finished or pruned before
 	// the model is used; until then points come from sobol. Default 10.
@@ -99,7 +99,7 @@ type PrunerSpec struct {
 
 // Names of samplers and pruners, in the order they are listed in errors.
 var (
-	samplerNames = []string{"tpe", "random", "sobol", "grid"}
+	samplerNames = []string{"tpe", "random", "sobol", "grid", "nsga2"}
 	prunerNames  = []string{"none", "median", "percentile", "asha"}
 )
 
@@ -1190,6 +1190,8 @@ func (s *Spec) NewSampler() (Sampler, error) {
 		return NewSobolSampler(s.Seed), nil
 	case "grid":
 		return NewGridSampler(), nil
+	case "nsga2":
+		return NewNSGA2Sampler(s.Seed, s.Directions), nil
 	case "tpe":
 		if s.Sampler.Startup < 1 || s.Sampler.Candidates < 1 {
 			return nil, fmt.Errorf("study: sampler tpe: startup %d and candidates %d must be ≥ 1", s.Sampler.Startup, s.Sampler.Candidates)
