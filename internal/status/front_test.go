@@ -133,8 +133,13 @@ m = "int:1:2 if opt == a"
 			}
 			continue
 		}
-		if want := "front    4 trials on the Pareto front of error, speed (soma best lists them) · hypervolume 5.66 up to (2.15, 0.6)"; !strings.Contains(b.String(), want) {
-			t.Errorf("status text lacks %q:\n%s", want, b.String())
+		for _, want := range []string{
+			"front    4 trials on the Pareto front of error, speed (soma best lists them) · hypervolume 5.66 up to (2.15, 0.6)",
+			"study    mo · minimize error, maximize speed · grid sampler",
+		} {
+			if !strings.Contains(b.String(), want) {
+				t.Errorf("status text lacks %q:\n%s", want, b.String())
+			}
 		}
 	}
 }

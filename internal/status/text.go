@@ -34,7 +34,10 @@ func WriteText(w io.Writer, v *View, o TextOptions) error {
 		metric = "score"
 	}
 	goal := v.Direction + " " + metric
-	if v.Direction == "unknown" {
+	switch {
+	case len(v.goals) > 1:
+		goal = strings.Join(v.goals, ", ")
+	case v.Direction == "unknown":
 		goal = "no direction (" + metric + ")"
 	}
 	fmt.Fprintf(&b, "study    %s · %s · %s sampler · %s pruner · seed %d · budget %d · retries %d\n",

@@ -57,7 +57,8 @@ type View struct {
 	// LastActivity is the newest record time (nil: no trial yet).
 	LastActivity *time.Time `json:"last_activity"`
 
-	objectives int // the spec's number of objectives
+	objectives int      // the spec's number of objectives
+	goals      []string // with several: "minimize error", one per metric
 }
 
 // FrontSummary is the size and hypervolume of a study's Pareto front.
@@ -326,6 +327,9 @@ func FromSnapshot(st *study.Study, snap *study.Snapshot, o Options) *View {
 	})
 
 	v.objectives = spec.Objectives()
+	for i, d := range spec.Directions {
+		v.goals = append(v.goals, d.String()+" "+spec.Metrics[i])
+	}
 	if v.objectives > 1 {
 		v.Front = frontSummary(spec, snap)
 	}
