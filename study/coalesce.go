@@ -94,6 +94,9 @@ func (r *Run) Judge(ctx context.Context, maxAge time.Duration) (bool, error) {
 			return false, err
 		}
 		all := snap.History()
+		// The metric the pruner judges, with several objectives (as
+		// Report does); the study's own direction is unknown then.
+		all.Direction = r.s.spec.pruneDirection()
 		others := all.Trials[:0:0]
 		for _, t := range all.Trials {
 			if t.Number != r.number {

@@ -9,14 +9,16 @@ import (
 	"strings"
 )
 
-// Point is one configuration of a Space: a value per knob, in knob order.
+// Point is one configuration of a Space: a value per knob, in knob order;
+// in a conditional space, a knob whose condition is false is absent.
 // A Point means something only next to the Space that made it (by a
 // sampler or ParsePoint); its text, JSON and Values forms come from that
 // Space. The zero Point is "no point". Points are immutable values, safe to
 // copy and share.
 type Point struct {
 	// v[i] is knob i's value: the number for int and float knobs (ints are
-	// exact below 2^53), the option index for choice, 0 for fixed.
+	// exact below 2^53), the option index for choice, 0 for fixed, and
+	// absent (one NaN) for a knob whose condition is false.
 	v []float64
 }
 
@@ -41,6 +43,9 @@ func (p Point) Equal(q Point) bool {
 type KV struct {
 	Name string
 	Text string
+	// Absent is true when the knob's condition is false in this point;
+	// Text is then "".
+	Absent bool
 }
 
 // text returns knob i's value in p as text.
@@ -50,6 +55,9 @@ func (s *Space) text(p Point, i int) string {
 		return ""
 	}
 	x := p.v[i]
+	if isAbsent(x) {
+		return ""
+	}
 	switch k.Kind {
 	case KnobInt:
 		return strconv.FormatInt(int64(x), 10)
@@ -66,24 +74,32 @@ func (s *Space) text(p Point, i int) string {
 	return k.Value
 }
 
-// Values returns every knob's name and value as text, in knob order. The
-// texts are the ones FormatPoint writes.
+// Values returns every knob's name and value as text, in knob order, one
+// entry per knob: an absent knob (its condition false) has Absent set and
+// Text "". The texts are the ones FormatPoint writes.
 func (s *Space) Values(p Point) []KV {
 	out := make([]KV, len(s.knobs))
 	for i := range s.knobs {
-		out[i] = KV{Name: s.knobs[i].Name, Text: s.text(p, i)}
+		out[i] = KV{Name: s.knobs[i].Name, Text: s.text(p, i), Absent: s.absentIn(p, i)}
 	}
 	return out
 }
 
+func (s *Space) absentIn(p Point, i int) bool { return i < len(p.v) && isAbsent(p.v[i]) }
+
 // FormatPoint returns p's text form, name=value pairs in knob order joined
 // by ',': "lr=0.001,batch=64,opt=adam". Floats are written in the shortest
 // form that reads back to the same bits, so ParsePoint(FormatPoint(p))
-// equals p for every point s can produce. p must come from s.
+// equals p for every point s can produce. Absent knobs are left out
+// ("opt=adam,lr=0.001" where momentum needs opt == 'sgd'). p must come
+// from s.
 func (s *Space) FormatPoint(p Point) string {
 	var b strings.Builder
 	for i := range s.knobs {
-		if i > 0 {
+		if s.absentIn(p, i) {
+			continue
+		}
+		if b.Len() > 0 {
 			b.WriteByte(',')
 		}
 		b.WriteString(s.knobs[i].Name)
@@ -109,7 +125,8 @@ func (e *PointError) Error() string {
 }
 
 // ParsePoint reads a point's text form against s. Every knob of s must
-// appear exactly once, as name=value, in any order; a name s does not
+// appear exactly once, as name=value, in any order, except that a knob
+// whose condition is false in the point must not appear; a name s does not
 // have, a missing knob, a value of the wrong kind, out of range, off the
 // knob's step, an unknown option or a different fixed value refuses the
 // whole text with a *PointError (a record written against another space
@@ -145,8 +162,23 @@ func (s *Space) ParsePoint(text string) (Point, error) {
 		}
 		v[i] = x
 	}
+	if s.conds != nil {
+		// Present exactly where the condition holds on the given values.
+		// Parents come first in s.order, so a tested knob that is
+		// absent is already marked absent when its children are judged.
+		for _, i := range s.order {
+			switch holds := s.condHolds(i, v); {
+			case holds && !set[i]:
+				return fail("param %q is missing (its condition %s holds)", s.knobs[i].Name, s.knobs[i].When)
+			case !holds && set[i]:
+				return fail("param %q is given, but its condition %s is false in this point (leave it out)", s.knobs[i].Name, s.knobs[i].When)
+			case !holds:
+				v[i] = absent
+			}
+		}
+	}
 	for i, ok := range set {
-		if !ok {
+		if !ok && !isAbsent(v[i]) {
 			return fail("param %q is missing; the record was written against another space", s.knobs[i].Name)
 		}
 	}
@@ -234,7 +266,7 @@ func (s *Space) parseValue(i int, t string) (float64, error) {
 // (floats round-trip bit for bit). A choice or fixed knob is written as
 // numbers when every one of its options is a JSON number literal, and as
 // strings otherwise, so the type is a property of the knob, never of the
-// value drawn. p must come from s.
+// value drawn. Absent knobs are left out. p must come from s.
 func (s *Space) PointJSON(p Point) ([]byte, error) {
 	if len(p.v) != len(s.knobs) {
 		return nil, fmt.Errorf("study: point has %d values, space has %d params (the point is from another space)", len(p.v), len(s.knobs))
@@ -242,7 +274,10 @@ func (s *Space) PointJSON(p Point) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteByte('{')
 	for i, k := range s.knobs {
-		if i > 0 {
+		if isAbsent(p.v[i]) {
+			continue // absent knobs are not in the object
+		}
+		if b.Len() > 1 {
 			b.WriteByte(',')
 		}
 		name, _ := json.Marshal(k.Name)

@@ -85,7 +85,7 @@ func TestPointForms(t *testing.T) {
 		t.Errorf("PointJSON = %s, want %s", b, wantJSON)
 	}
 	vals := s.Values(p)
-	if len(vals) != 10 || vals[6] != (KV{"opt", "rms prop"}) || vals[3] != (KV{"batch", "64"}) {
+	if len(vals) != 10 || vals[6] != (KV{Name: "opt", Text: "rms prop"}) || vals[3] != (KV{Name: "batch", Text: "64"}) {
 		t.Errorf("Values = %v", vals)
 	}
 	if p.IsZero() || !(Point{}).IsZero() {

@@ -22,16 +22,17 @@ const RecordVersion = 1
 // Meta keys of a trial attempt record. The record's digest is the blob
 // holding the curve and the reason it stopped (see curveBlob).
 const (
-	keyKind    = "kind"  // "trial"
-	keyVersion = "v"     // RecordVersion
-	keyState   = "state" // running, done, pruned, failed, interrupted
-	keyPoint   = "point" // the point's text form (Space.FormatPoint)
-	keyDir     = "dir"   // the study's direction when written
-	keyScore   = "score" // final score (done) or last value (pruned)
-	keyValue   = "value" // last intermediate value, if any
-	keyStep    = "step"  // last intermediate step, -1 if none
-	keyBeat    = "beat"  // heartbeat counter: progress visible in content
-	keyFails   = "fails" // failed attempts of this trial before this one
+	keyKind    = "kind"   // "trial"
+	keyVersion = "v"      // RecordVersion
+	keyState   = "state"  // running, done, pruned, failed, interrupted
+	keyPoint   = "point"  // the point's text form (Space.FormatPoint)
+	keyDir     = "dir"    // the study's direction when written
+	keyScore   = "score"  // final score (done) or last value (pruned)
+	keyScores  = "scores" // several objectives: every final score, space-separated
+	keyValue   = "value"  // last intermediate value, if any
+	keyStep    = "step"   // last intermediate step, -1 if none
+	keyBeat    = "beat"   // heartbeat counter: progress visible in content
+	keyFails   = "fails"  // failed attempts of this trial before this one
 	keyHost    = "host"
 	keyPID     = "pid"
 	keyJob     = "job"
@@ -83,6 +84,9 @@ type Record struct {
 	// pruned one; HasScore says whether there is one.
 	Score    float64 `json:"score"`
 	HasScore bool    `json:"has_score"`
+	// Scores, for a done trial of a study with several objectives, holds
+	// one score per metric (Spec.Metrics); Score is then Scores[0].
+	Scores []float64 `json:"scores,omitempty"`
 	// Value is the last intermediate value reported (HasValue), at
 	// LastStep (-1 when nothing was reported).
 	Value    float64 `json:"value"`
@@ -131,6 +135,7 @@ func (r *Record) Trial() Trial {
 		Point:    r.Point,
 		Score:    r.Score,
 		HasScore: r.HasScore,
+		Scores:   r.Scores,
 		Curve:    r.Curve,
 		LastStep: r.LastStep,
 		Who:      r.Who.String(),
@@ -243,6 +248,7 @@ type fields struct {
 	dir       Direction
 	score     float64
 	hasScore  bool
+	scores    []float64
 	value     float64
 	hasValue  bool
 	step      int64
@@ -265,6 +271,13 @@ func (f *fields) meta() fsstore.Meta {
 	add(keyDir, f.dir.String())
 	if f.hasScore {
 		add(keyScore, formatFloat(f.score))
+	}
+	if len(f.scores) > 0 {
+		t := make([]string, len(f.scores))
+		for i, x := range f.scores {
+			t[i] = formatFloat(x)
+		}
+		add(keyScores, strings.Join(t, " "))
 	}
 	if f.hasValue {
 		add(keyValue, formatFloat(f.value))
@@ -290,7 +303,7 @@ func (f *fields) meta() fsstore.Meta {
 func fieldsOf(r *Record) fields {
 	return fields{
 		state: r.State, pointText: r.PointText, dir: r.Direction,
-		score: r.Score, hasScore: r.HasScore, value: r.Value, hasValue: r.HasValue,
+		score: r.Score, hasScore: r.HasScore, scores: r.Scores, value: r.Value, hasValue: r.HasValue,
 		step: r.LastStep, beat: r.Beat, fails: r.Failures, who: r.Who,
 		start: r.Start, from: r.AdoptedFrom,
 	}
@@ -357,6 +370,18 @@ func decodeRecordInto(r *Record, study string, sp *Space, t, a int, name string,
 	}
 	if err := num(keyValue, &r.Value, &r.HasValue); err != nil {
 		return fail("%v", err)
+	}
+	if s, ok := m.Get(keyScores); ok {
+		for _, t := range strings.Fields(s) {
+			x, err := strconv.ParseFloat(t, 64)
+			if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+				return fail("%s %q: %q is not a finite number", keyScores, s, t)
+			}
+			r.Scores = append(r.Scores, x)
+		}
+		if len(r.Scores) < 2 || r.Scores[0] != r.Score {
+			return fail("%s %q does not hold several scores starting with score %v", keyScores, s, r.Score)
+		}
 	}
 	// Spelled out rather than looped over a table of (key, *field): the
 	// table made r escape, one heap Record per decoded record.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -247,6 +249,9 @@ func (r *Run) Report(ctx context.Context, step int64, value float64) (prune bool
 		return false, err
 	}
 	h := snap.History()
+	// With several objectives the pruner judges the metric it was given,
+	// in that metric's direction.
+	h.Direction = r.s.spec.pruneDirection()
 	others := h.Trials[:0:0]
 	for _, t := range h.Trials {
 		if t.Number != r.number {
@@ -285,6 +290,28 @@ func (r *Run) Curve() []Step {
 // changes nothing and Finish returns ErrSuperseded, unless the retry
 // adopted this very result.
 func (r *Run) Finish(ctx context.Context, state State, score float64, reason string) error {
+	if state == StateDone && r.s.spec.Objectives() > 1 {
+		return fmt.Errorf("study %s: trial %d: the study has %d objectives (%s); finish it with FinishScores", r.s.name, r.number, r.s.spec.Objectives(), strings.Join(r.s.spec.Metrics, ", "))
+	}
+	return r.finish(ctx, state, score, nil, reason)
+}
+
+// FinishScores ends a done attempt of a study with several objectives:
+// scores holds one finite value per metric, in the spec's order. It is
+// Finish(ctx, StateDone, …) otherwise.
+func (r *Run) FinishScores(ctx context.Context, scores []float64, reason string) error {
+	if n := r.s.spec.Objectives(); len(scores) != n {
+		return fmt.Errorf("study %s: trial %d: %d scores for %d objectives", r.s.name, r.number, len(scores), n)
+	}
+	for i, x := range scores {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return fmt.Errorf("study %s: trial %d: score %s %v is not a finite number (finish it as failed instead)", r.s.name, r.number, r.s.spec.Metrics[i], x)
+		}
+	}
+	return r.finish(ctx, StateDone, scores[0], slices.Clone(scores), reason)
+}
+
+func (r *Run) finish(ctx context.Context, state State, score float64, scores []float64, reason string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.check(); err != nil {
@@ -301,13 +328,14 @@ func (r *Run) Finish(ctx context.Context, state State, score float64, reason str
 		f.step, f.value, f.hasValue = last.Step, last.Value, true
 	}
 	f.state = state
-	f.hasScore, f.score = false, 0
+	f.hasScore, f.score, f.scores = false, 0, nil
 	switch state {
 	case StateDone:
 		if math.IsNaN(score) || math.IsInf(score, 0) {
 			return fmt.Errorf("study %s: trial %d: score %v is not a finite number (finish it as failed instead)", r.s.name, r.number, score)
 		}
 		f.score, f.hasScore = score, true
+		f.scores = scores
 	case StatePruned:
 		switch {
 		case !math.IsNaN(score) && !math.IsInf(score, 0):

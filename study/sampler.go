@@ -41,7 +41,10 @@ func (s *Space) fromUnit(i int, u float64) float64 {
 
 // RandomSampler draws every knob uniformly (on its scale) from a
 // counter-based stream keyed by (seed, trial, knob name): the point of a
-// trial depends on nothing else, so it ignores the history.
+// trial depends on nothing else, so it ignores the history. In a
+// conditional space, knobs whose conditions are false are then left out;
+// since each knob has its own stream, a present knob's distribution does
+// not depend on which others are present.
 type RandomSampler struct{ seed uint64 }
 
 // NewRandomSampler returns a RandomSampler with the given seed.
@@ -61,13 +64,19 @@ func randomPoint(space *Space, seed uint64, trial int, salt string) Point {
 	for i, k := range space.knobs {
 		v[i] = space.fromUnit(i, newStream(seed, trial, salt+"/"+k.Name).float(0))
 	}
+	if space.conds != nil {
+		space.mask(v)
+	}
 	return Point{v: v}
 }
 
 // GridSampler maps trial n to cell n of the space's grid, the last knob
 // varying fastest (mixed radix over the knobs' levels). Over trials
 // 0..Size-1 it visits every cell exactly once; it needs every knob to be
-// discrete, and ignores the history.
+// discrete, and ignores the history. In a conditional space the grid has
+// only valid cells: a knob whose condition is false is absent, not
+// enumerated (opt=adam is one cell, not one per momentum); cells are
+// grouped by the runs of tested knobs' values that decide presence.
 type GridSampler struct{}
 
 // NewGridSampler returns a GridSampler.
@@ -81,6 +90,9 @@ func (GridSampler) Ask(space *Space, trial int, _ History) (Point, error) {
 	}
 	if trial < 0 || trial >= n {
 		return Point{}, fmt.Errorf("study: sampler grid: trial %d is outside the grid's %d cells", trial, n)
+	}
+	if space.grid != nil {
+		return Point{v: space.cell(trial)}, nil
 	}
 	v := make([]float64, len(space.knobs))
 	rest := trial

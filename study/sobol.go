@@ -154,6 +154,17 @@ func (s *SobolSampler) Ask(space *Space, trial int, _ History) (Point, error) {
 }
 
 func (s *SobolSampler) point(space *Space, trial int) Point {
+	v := s.values(space, trial)
+	if space.conds != nil {
+		// Knob i stays dimension i whatever is present, so the present
+		// knobs of a branch keep the sequence's balance among themselves.
+		space.mask(v)
+	}
+	return Point{v: v}
+}
+
+// values returns point trial's value for every knob, present or not.
+func (s *SobolSampler) values(space *Space, trial int) []float64 {
 	v := make([]float64, len(space.knobs))
 	for i, k := range space.knobs {
 		var u float64
@@ -164,7 +175,7 @@ func (s *SobolSampler) point(space *Space, trial int) Point {
 		}
 		v[i] = space.fromUnit(i, u)
 	}
-	return Point{v: v}
+	return v
 }
 
 var _ Sampler = (*SobolSampler)(nil)

@@ -94,6 +94,10 @@ type Knob struct {
 	Log     bool
 	Choices []string
 	Value   string
+	// When, if not empty, is the knob's condition on other knobs
+	// ("opt == 'sgd'", "layers >= 3", see cond.go): where it is false,
+	// the knob is absent from the point. NewSpace normalises it.
+	When string
 }
 
 // Space is a validated, immutable list of knobs. Knob order is part of the
@@ -110,6 +114,19 @@ type Space struct {
 	// decimals[i] is how many decimals a stepped float knob's levels are
 	// rounded to: those of its low and step, so 0.1·3 is 0.3.
 	decimals []int
+
+	// Conditional spaces only (all nil otherwise; see cond.go).
+	// conds[i] is knob i's own condition; order lists the knobs parents
+	// first; presence[i] is the conjunction, ancestors' atoms included,
+	// that decides whether knob i is present; group[i] numbers the
+	// distinct presences (groupKeys[g] is its text, "" for always); grid
+	// enumerates the valid cells when every knob is discrete.
+	conds     [][]condAtom
+	order     []int
+	presence  [][]condAtom
+	group     []int
+	groupKeys []string
+	grid      *condGrid
 }
 
 // NewSpace validates knobs and returns the space they define. It refuses,
@@ -117,8 +134,11 @@ type Space struct {
 // duplicate name, an empty range, a bound that is not finite, an int
 // bound beyond ±2^53, a log scale with a non-positive low, a step that
 // does not divide the range or that float64 cannot resolve, and an option
-// or fixed value that could not be read back from a point's text.
-// Whatever it accepts, every sampler can sample. Knobs are copied; Int
+// or fixed value that could not be read back from a point's text; and,
+// for conditional knobs (When, cond.go), a condition that does not parse,
+// names an unknown knob or option, tests a float or fixed knob, forms a
+// cycle or can never hold. Whatever it accepts, every sampler can sample,
+// and every knob is present in some point. Knobs are copied; Int
 // knobs with Step 0 get Step 1, and bounds of −0 become 0.
 func NewSpace(knobs []Knob) (*Space, error) {
 	if len(knobs) == 0 {
@@ -163,6 +183,9 @@ func NewSpace(knobs []Knob) (*Space, error) {
 			s.count[i] = 1
 			s.jsonNum[i] = allJSONNumbers([]string{k.Value})
 		}
+	}
+	if err := s.resolveConds(); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -468,13 +491,20 @@ func (s *Space) Len() int { return len(s.knobs) }
 
 // Size returns the number of distinct points and true when every knob is
 // discrete (int, float with a step, choice, fixed); otherwise (0, false).
-// A count that does not fit in an int saturates at math.MaxInt.
+// In a conditional space it counts only valid points: an absent knob
+// contributes one way, not its levels. A count that does not fit in an
+// int saturates at math.MaxInt.
 func (s *Space) Size() (n int, finite bool) {
 	n = 1
 	for _, c := range s.count {
 		if c == 0 {
 			return 0, false
 		}
+	}
+	if s.grid != nil {
+		return s.grid.total, true
+	}
+	for _, c := range s.count {
 		if n > math.MaxInt/c {
 			return math.MaxInt, true
 		}

@@ -42,12 +42,17 @@ type Spec struct {
 	// trial is failed for good (0: never). Interrupted and stale attempts
 	// are always retried.
 	MaxRetries int
+	// Directions and Metrics define a study with several objectives (at
+	// least two, one metric per direction; objectives.go); Direction and
+	// Metric are then unset.
+	Directions []Direction
+	Metrics    []string
 }
 
 // SamplerSpec chooses and configures a sampler. Fields that do not apply
 // to Name are zero.
 type SamplerSpec struct {
-	// Name is random, sobol, grid or tpe.
+	// Name is random, sobol, grid, tpe, or nsga2 (several objectives).
 	Name string
 	// Startup (tpe) is how many trials must be finished or pruned before
 	// the model is used; until then points come from sobol. Default 10.
@@ -87,11 +92,14 @@ type PrunerSpec struct {
 	Eta int
 	// MinEarlyStoppingRate (asha): s in r·Eta^(s+k). Default 0.
 	MinEarlyStoppingRate int
+	// Metric, with several objectives, names the metric whose
+	// intermediate values the pruner judges (required then, "" otherwise).
+	Metric string
 }
 
 // Names of samplers and pruners, in the order they are listed in errors.
 var (
-	samplerNames = []string{"tpe", "random", "sobol", "grid"}
+	samplerNames = []string{"tpe", "random", "sobol", "grid", "nsga2"}
 	prunerNames  = []string{"none", "median", "percentile", "asha"}
 )
 
@@ -107,11 +115,11 @@ func samplerKeys(name string) []string {
 func prunerKeys(name string) []string {
 	switch name {
 	case "median":
-		return []string{"startup", "warmup", "interval", "min_trials"}
+		return []string{"startup", "warmup", "interval", "min_trials", "metric"}
 	case "percentile":
-		return []string{"percentile", "startup", "warmup", "interval", "min_trials"}
+		return []string{"percentile", "startup", "warmup", "interval", "min_trials", "metric"}
 	case "asha":
-		return []string{"min_resource", "eta", "min_early_stopping_rate"}
+		return []string{"min_resource", "eta", "min_early_stopping_rate", "metric"}
 	}
 	return nil
 }
@@ -155,7 +163,10 @@ func (s *Spec) Validate() error {
 	if s.Direction != Minimize && s.Direction != Maximize && s.Direction != DirectionUnknown {
 		return fmt.Errorf("study: direction %d: want minimize or maximize", int(s.Direction))
 	}
-	if s.Direction == DirectionUnknown {
+	if err := s.validateObjectives(); err != nil {
+		return err
+	}
+	if s.Direction == DirectionUnknown && len(s.Directions) == 0 {
 		if s.Sampler.Name == "tpe" {
 			return fmt.Errorf(`study: sampler tpe compares scores, so it needs a direction (set direction = "minimize" or "maximize", or use sampler random, sobol or grid)`)
 		}
@@ -273,9 +284,13 @@ func checkMetric(m string) error {
 //	batch = "int:16:256:log" # the --param syntax also works
 //	opt = { type = "choice", choices = ["adam", "sgd"] }
 //	epochs = { type = "fixed", value = 10 }
+//	momentum = { type = "float", low = 0, high = 0.99, when = "opt == 'sgd'" }
+//	nesterov = "choice:yes,no if opt == sgd"   # flag syntax: " if " CONDITION
 //
 // Params may also be tables ([param.lr] with type, low, high, step, log,
-// choices, value). Their order in the file is the space's knob order.
+// choices, value, when). Their order in the file is the space's knob
+// order. A param with when is conditional (cond.go): absent from the
+// points where its condition is false.
 func ParseSpec(tomlText []byte) (*Spec, error) {
 	var raw map[string]any
 	md, err := toml.Decode(string(tomlText), &raw)
@@ -289,7 +304,15 @@ func ParseSpec(tomlText []byte) (*Spec, error) {
 		return nil, fmt.Errorf("study: spec version %d: this soma reads version %d", v, SpecVersion)
 	}
 	s := &Spec{}
-	if d, ok, err := top.str("direction"); err != nil {
+	if s.Metrics, _, err = top.texts("metrics"); err != nil {
+		return nil, err
+	}
+	if v, isList := raw["direction"].([]any); isList {
+		top.take("direction")
+		if s.Directions, err = parseDirections(v); err != nil {
+			return nil, err
+		}
+	} else if d, ok, err := top.str("direction"); err != nil {
 		return nil, err
 	} else if ok {
 		if s.Direction, err = ParseDirection(d); err != nil || d == "unknown" || d == "" {
@@ -351,7 +374,7 @@ func ParseSpec(tomlText []byte) (*Spec, error) {
 		}
 		knobs = append(knobs, k)
 	}
-	if err := top.done([]string{"version", "direction", "metric", "budget", "seed", "max_retries", "sampler", "pruner", "param"}); err != nil {
+	if err := top.done([]string{"version", "direction", "metric", "metrics", "budget", "seed", "max_retries", "sampler", "pruner", "param"}); err != nil {
 		return nil, err
 	}
 	if s.Space, err = NewSpace(knobs); err != nil {
@@ -372,6 +395,8 @@ func ParseSpec(tomlText []byte) (*Spec, error) {
 //	layers=int:2:8               int; also :step=2
 //	opt=choice:adam,sgd          one of the listed options
 //	epochs=fixed:10              always 10
+//	mom=float:0:1 if opt==sgd    only where opt is sgd (see cond.go:
+//	                             ==, !=, in [a,b], <, <=, >, >= on int, and)
 //
 // direction is minimize, maximize or "" (unknown). sampler and pruner are
 // a name optionally followed by ':' and key=value options joined by ',',
@@ -443,8 +468,20 @@ func flagHints(s *Spec) error {
 	return nil
 }
 
-// knobFromText parses the flag syntax kind:args for knob name.
+// knobFromText parses the flag syntax kind:args[ if CONDITION] for knob
+// name.
 func knobFromText(name, def string) (Knob, error) {
+	def, when, hasWhen := strings.Cut(def, " if ")
+	k, err := knobFromDef(name, def)
+	if hasWhen {
+		if k.When = strings.TrimSpace(when); k.When == "" {
+			return k, fmt.Errorf("study: param %q: nothing after \" if \" (write e.g. %s=%s if opt == sgd)", name, name, def)
+		}
+	}
+	return k, err
+}
+
+func knobFromDef(name, def string) (Knob, error) {
 	kindText, rest, _ := strings.Cut(def, ":")
 	kind, err := ParseKnobKind(kindText)
 	if err != nil {
@@ -537,6 +574,9 @@ func knobFromValue(name string, v any) (Knob, error) {
 		return Knob{}, fmt.Errorf("study: param.%s: %w", name, err)
 	}
 	k := Knob{Name: name, Kind: kind}
+	if k.When, _, err = o.str("when"); err != nil {
+		return k, err
+	}
 	var allowed []string
 	switch kind {
 	case KnobInt, KnobFloat:
@@ -585,7 +625,7 @@ func knobFromValue(name string, v any) (Knob, error) {
 			return k, fmt.Errorf("study: param.%s: fixed needs a value (value = 10)", name)
 		}
 	}
-	if err := o.done(allowed); err != nil {
+	if err := o.done(append(allowed, "when")); err != nil {
 		return k, err
 	}
 	return k, nil
@@ -671,6 +711,11 @@ func prunerFromOpts(o *opts) (PrunerSpec, error) {
 		}
 	}
 	p.Startup, p.MinTrials, p.Eta, p.MinEarlyStoppingRate = int(startup), int(minTrials), int(eta), int(rate)
+	if name != "none" {
+		if p.Metric, _, err = o.str("metric"); err != nil {
+			return p, err
+		}
+	}
 	if err := o.doneFor("pruner", name, append([]string{"name"}, prunerKeys(name)...), prunerNames, prunerKeys); err != nil {
 		return p, err
 	}
@@ -936,6 +981,10 @@ type canonSpec struct {
 	Sampler    canonSampler `json:"sampler"`
 	Pruner     canonPruner  `json:"pruner"`
 	Params     []canonParam `json:"params"`
+	// Several objectives; omitted for one, so that those specs keep their
+	// canonical bytes.
+	Directions []string `json:"directions,omitempty"`
+	Metrics    []string `json:"metrics,omitempty"`
 }
 
 type canonSampler struct {
@@ -954,6 +1003,7 @@ type canonPruner struct {
 	MinResource          int64   `json:"min_resource"`
 	Eta                  int     `json:"eta"`
 	MinEarlyStoppingRate int     `json:"min_early_stopping_rate"`
+	Metric               string  `json:"metric,omitempty"`
 }
 
 type canonParam struct {
@@ -965,6 +1015,9 @@ type canonParam struct {
 	Log     bool     `json:"log"`
 	Choices []string `json:"choices"`
 	Value   string   `json:"value"`
+	// When is omitted when empty, so that unconditional specs keep the
+	// canonical bytes they had before conditions existed.
+	When string `json:"when,omitempty"`
 }
 
 const canonFormat = "soma-study-spec"
@@ -983,6 +1036,10 @@ func (s *Spec) Canonical() []byte {
 		MaxRetries: s.MaxRetries,
 		Sampler:    canonSampler(s.Sampler),
 		Pruner:     canonPruner(s.Pruner),
+		Metrics:    s.Metrics,
+	}
+	for _, d := range s.Directions {
+		c.Directions = append(c.Directions, d.String())
 	}
 	if s.Space != nil {
 		for _, k := range s.Space.knobs {
@@ -991,7 +1048,7 @@ func (s *Spec) Canonical() []byte {
 				ch = []string{}
 			}
 			c.Params = append(c.Params, canonParam{Name: k.Name, Type: k.Kind.String(), Low: k.Low, High: k.High,
-				Step: k.Step, Log: k.Log, Choices: ch, Value: k.Value})
+				Step: k.Step, Log: k.Log, Choices: ch, Value: k.Value, When: k.When})
 		}
 	}
 	var b bytes.Buffer
@@ -1028,7 +1085,14 @@ func ParseCanonical(b []byte) (*Spec, error) {
 		return nil, err
 	}
 	s := &Spec{Direction: dir, Metric: c.Metric, Budget: c.Budget, Seed: c.Seed, MaxRetries: c.MaxRetries,
-		Sampler: SamplerSpec(c.Sampler), Pruner: PrunerSpec(c.Pruner)}
+		Sampler: SamplerSpec(c.Sampler), Pruner: PrunerSpec(c.Pruner), Metrics: c.Metrics}
+	for _, d := range c.Directions {
+		x, err := ParseDirection(d)
+		if err != nil {
+			return nil, err
+		}
+		s.Directions = append(s.Directions, x)
+	}
 	knobs := make([]Knob, len(c.Params))
 	for i, p := range c.Params {
 		kind, err := ParseKnobKind(p.Type)
@@ -1039,7 +1103,7 @@ func ParseCanonical(b []byte) (*Spec, error) {
 		if len(p.Choices) > 0 {
 			ch = p.Choices
 		}
-		knobs[i] = Knob{Name: p.Name, Kind: kind, Low: p.Low, High: p.High, Step: p.Step, Log: p.Log, Choices: ch, Value: p.Value}
+		knobs[i] = Knob{Name: p.Name, Kind: kind, Low: p.Low, High: p.High, Step: p.Step, Log: p.Log, Choices: ch, Value: p.Value, When: p.When}
 	}
 	if s.Space, err = NewSpace(knobs); err != nil {
 		return nil, err
@@ -1060,6 +1124,11 @@ func specLines(s *Spec) [][2]string {
 	add("budget", s.Budget)
 	add("seed", s.Seed)
 	add("max_retries", s.MaxRetries)
+	if len(s.Directions) > 0 {
+		add("directions", s.Directions)
+		add("metrics", strings.Join(s.Metrics, ","))
+		add("pruner.metric", s.Pruner.Metric)
+	}
 	add("sampler.name", s.Sampler.Name)
 	if s.Sampler.Name == "tpe" {
 		add("sampler.startup", s.Sampler.Startup)
@@ -1095,6 +1164,9 @@ func specLines(s *Spec) [][2]string {
 				add(pre+".choices", strings.Join(k.Choices, ","))
 			case KnobFixed:
 				add(pre+".value", strconv.Quote(k.Value))
+			}
+			if k.When != "" {
+				add(pre+".when", strconv.Quote(k.When))
 			}
 		}
 		add("param order", strings.Join(names, ","))
@@ -1145,6 +1217,8 @@ func (s *Spec) NewSampler() (Sampler, error) {
 		return NewSobolSampler(s.Seed), nil
 	case "grid":
 		return NewGridSampler(), nil
+	case "nsga2":
+		return NewNSGA2Sampler(s.Seed, s.Directions), nil
 	case "tpe":
 		if s.Sampler.Startup < 1 || s.Sampler.Candidates < 1 {
 			return nil, fmt.Errorf("study: sampler tpe: startup %d and candidates %d must be ≥ 1", s.Sampler.Startup, s.Sampler.Candidates)

@@ -143,8 +143,75 @@ func (t *TPESampler) Ask(space *Space, trial int, h History) (Point, error) {
 		}
 		return cmp.Compare(a.number, b.number)
 	})
+	dims := tpeDims(space)
+	if len(dims) == 0 {
+		return t.sobol.Ask(space, trial, h) // nothing to search
+	}
+	v := make([]float64, len(space.knobs))
+	for i := range space.knobs {
+		// Knobs the model skips (fixed, single-valued) take their only value.
+		v[i] = space.fromUnit(i, 0)
+	}
+	// In a conditional space, each group of knobs that are present
+	// together gets its own model, fitted on the trials where the group
+	// was present (Optuna's group decomposition): a knob that was absent
+	// from a trial says nothing about it, and filling it in (as a flat
+	// space does for a knob the objective ignores) would teach the model
+	// noise. An unconditional space is one group.
+	groups := 1
+	if space.conds != nil {
+		groups = len(space.groupKeys)
+	}
+	var fallback []float64
+	for g := range groups {
+		var gd []tpeDim
+		for _, dm := range dims {
+			if space.conds == nil || space.group[dm.knob] == g {
+				gd = append(gd, dm)
+			}
+		}
+		if len(gd) == 0 {
+			continue
+		}
+		gDone, gBad := done, bad
+		comp := "tpe/component"
+		if space.conds != nil {
+			present := func(o tpeObs) bool { return !isAbsent(o.v[gd[0].knob]) }
+			gDone = slices.DeleteFunc(slices.Clone(done), func(o tpeObs) bool { return !present(o) })
+			gBad = slices.DeleteFunc(slices.Clone(bad), func(o tpeObs) bool { return !present(o) })
+			if key := space.groupKeys[g]; key != "" {
+				comp += "/" + key
+			}
+		}
+		if len(gDone) == 0 {
+			// No result yet where this group was present: its knobs take
+			// the startup point's values, as the whole space does before
+			// the model has anything to learn from.
+			if fallback == nil {
+				fallback = t.sobol.values(space, trial)
+			}
+			for _, dm := range gd {
+				v[dm.knob] = fallback[dm.knob]
+			}
+			continue
+		}
+		best := t.propose(space, trial, gd, gDone, gBad, comp)
+		for d, dm := range gd {
+			v[dm.knob] = dm.external(space, best[d])
+		}
+	}
+	if space.conds != nil {
+		space.mask(v)
+	}
+	return Point{v: v}, nil
+}
+
+// propose fits l and g over dims to the results done (sorted best first)
+// and the rest bad, and returns the candidate, in model units, with the
+// best l/g; comp names the stream that picks the candidates' components.
+func (t *TPESampler) propose(space *Space, trial int, dims []tpeDim, done, bad []tpeObs, comp string) []float64 {
 	nBelow := min(int(math.Ceil(tpeBeta*float64(len(done)))), tpeMaxBelow, len(done))
-	below := done[:nBelow]
+	below := slices.Clone(done[:nBelow])
 	above := append(slices.Clone(done[nBelow:]), bad...)
 	byNumber := func(a, b tpeObs) int { return cmp.Compare(a.number, b.number) }
 	slices.SortFunc(below, byNumber)
@@ -175,14 +242,10 @@ func (t *TPESampler) Ask(space *Space, trial int, h History) (Point, error) {
 		wAbove[i] = 1
 	}
 
-	dims := tpeDims(space)
-	if len(dims) == 0 {
-		return t.sobol.Ask(space, trial, h) // nothing to search
-	}
 	l := newParzen(space, dims, below, wBelow, priorBelow)
 	g := newParzen(space, dims, above, wAbove, 1)
 
-	comp := newStream(t.seed, trial, "tpe/component")
+	cs := newStream(t.seed, trial, comp)
 	draws := make([]stream, len(dims))
 	for d, dm := range dims {
 		draws[d] = newStream(t.seed, trial, "tpe/"+space.knobs[dm.knob].Name)
@@ -190,7 +253,7 @@ func (t *TPESampler) Ask(space *Space, trial int, h History) (Point, error) {
 	best, bestScore := []float64(nil), math.Inf(-1)
 	x := make([]float64, len(dims))
 	for j := 0; j < t.opt.Candidates; j++ {
-		k := l.pick(comp.float(j))
+		k := l.pick(cs.float(j))
 		for d := range dims {
 			x[d] = l.sample(d, k, draws[d].open(j))
 		}
@@ -199,15 +262,7 @@ func (t *TPESampler) Ask(space *Space, trial int, h History) (Point, error) {
 			best, bestScore = slices.Clone(x), score
 		}
 	}
-	v := make([]float64, len(space.knobs))
-	for i := range space.knobs {
-		// Knobs the model skips (fixed, single-valued) take their only value.
-		v[i] = space.fromUnit(i, 0)
-	}
-	for d, dm := range dims {
-		v[dm.knob] = dm.external(space, best[d])
-	}
-	return Point{v: v}, nil
+	return best
 }
 
 // tpeDim is how the model sees one knob: a continuous or discrete range in

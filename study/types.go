@@ -95,6 +95,9 @@ type Trial struct {
 	// for StatePruned, and meaningless otherwise (check HasScore).
 	Score    float64
 	HasScore bool
+	// Scores holds one score per metric for a done trial of a study with
+	// several objectives (nil otherwise); Score is then Scores[0].
+	Scores []float64
 	// Curve holds the intermediate values in step order. It is filled only
 	// by readers that fetch curves (the pruner's view); nil otherwise.
 	Curve []Step

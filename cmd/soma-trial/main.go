@@ -58,10 +58,14 @@ environment.
 THE OBJECTIVE gets the point as {name} substitutions in its arguments, as
 SOMA_PARAMS (JSON) and SOMA_PARAM_<NAME>, plus SOMA_STUDY, SOMA_TRIAL,
 SOMA_ATTEMPT and SOMA_TRIAL_DIR (a folder kept across retries, for
-checkpoints). It reports on file descriptor 3 ($SOMA_REPORT_FD), one line
+checkpoints). A conditional param ("mom=float:0:0.99 if opt==sgd") is
+absent where its condition is false: not in SOMA_PARAMS, no
+SOMA_PARAM_<NAME>, and written {mom?} in the command, which is empty
+there ({mom} alone is refused). It reports on file descriptor 3 ($SOMA_REPORT_FD), one line
 each:
     report <step> <value>      an intermediate value (the pruner judges it)
-    final <score>              the final score
+    final <score>              the final score (a study with several
+                               objectives: one per metric, in order)
 and after each report reads "continue" or "prune" on fd 4
 ($SOMA_CONTROL_FD). Python: "from soma_report import report, final"
 works as is (soma-trial puts the helper on PYTHONPATH); a loop that
@@ -133,7 +137,7 @@ EXAMPLES:
 			&cli.StringFlag{Name: "root", Usage: "the study folder (created if missing; required)", EnvVars: []string{"SOMA_ROOT"}},
 			&cli.StringFlag{Name: "study", Usage: "the study's name (letters, digits, -_.; required)"},
 			&cli.StringFlag{Name: "spec", Usage: "a TOML study spec (space, direction, sampler, pruner, budget)"},
-			&cli.StringSliceFlag{Name: "param", Usage: "a knob, instead of --spec: name=float:LOW:HIGH[:log|:step=S], int:LOW:HIGH[:log|:step=S], choice:A,B, fixed:V"},
+			&cli.StringSliceFlag{Name: "param", Usage: "a knob, instead of --spec: name=float:LOW:HIGH[:log|:step=S], int:LOW:HIGH[:log|:step=S], choice:A,B, fixed:V; add \" if COND\" to make it conditional: \"mom=float:0:0.99 if opt==sgd\" (COND: opt==sgd, opt!=sgd, opt in [sgd,adam], layers>=3 (<, <=, >, >= on int params), joined by and)"},
 			&cli.StringFlag{Name: "direction", Usage: "with --param: minimize or maximize"},
 			&cli.StringFlag{Name: "sampler", Usage: "with --param: tpe (default), random, sobol, grid; options as tpe:startup=20"},
 			&cli.StringFlag{Name: "pruner", Usage: "with --param: none (default), median, percentile, asha; options as median:warmup=5"},
@@ -190,6 +194,9 @@ func action(c *cli.Context, sig <-chan os.Signal) error {
 	// Again against the study as it is: a joining process brought no
 	// spec, and a discrete space may hold fewer points than the budget.
 	if err := checkAgainstSpec(c, st.Spec(), st.Limit(), argv); err != nil {
+		return usageError{err}
+	}
+	if err := trialrun.CheckArgs(argv, st.Space()); err != nil {
 		return usageError{err}
 	}
 	helperDir, err := os.MkdirTemp("", "soma-trial-")

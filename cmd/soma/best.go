@@ -10,7 +10,12 @@ import (
 
 const bestDescription = `Prints the best done trial of a study: the lowest (minimize) or highest
 (maximize) final score; pruned trials never count, their scores were
-measured early. Fails (exit 1) while no trial is done.
+measured early. Fails (exit 1) while no trial is done. A study with
+several objectives has no single best: soma best lists its Pareto front,
+the done trials no other done trial beats in one metric without losing in
+another: as text, or as JSON (--format json) with study, directions,
+metrics, done and front[], each with trial, attempt, scores, point,
+point_text and time, instead of the shape below.
 
 EXAMPLES:
    soma best ROOT --study lr                    for people
@@ -47,6 +52,13 @@ func newBestCommand() *cli.Command {
 			_, st, err := openStudy(c, root, name, 0)
 			if err != nil {
 				return err
+			}
+			if st.Spec().Objectives() > 1 {
+				f, err := status.FindFront(c.Context, st)
+				if err != nil {
+					return err
+				}
+				return status.WriteFront(c.App.Writer, f, format)
 			}
 			b, err := status.FindBest(c.Context, st)
 			if err != nil {

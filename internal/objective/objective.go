@@ -8,7 +8,9 @@
 //
 //   - The point arrives as SOMA_PARAMS (JSON), one SOMA_PARAM_<NAME> per
 //     knob (name upper-cased, other characters than letters and digits
-//     as '_'), and as {name} substitutions in the arguments. SOMA_STUDY,
+//     as '_'), and as {name} substitutions in the arguments. A knob absent
+//     from the point (its condition is false) is in none of them; {name?}
+//     substitutes its text, or nothing where it is absent. SOMA_STUDY,
 //     SOMA_TRIAL, SOMA_ATTEMPT and SOMA_TRIAL_DIR (a per-trial folder) are
 //     set too; {study}, {trial}, {attempt} and {trial_dir} substitute.
 //   - On fd $SOMA_REPORT_FD (3) it may write lines "report <step> <value>"
@@ -17,7 +19,10 @@
 //     pruned, every later report gets "prune"; verdicts that no longer
 //     fit in the pipe because it never reads them are dropped).
 //   - Without a "final" line, the last non-empty line of stdout must be the
-//     score: a number alone on the line (for example "0.9312").
+//     score: a number alone on the line (for example "0.9312"). A study
+//     with several objectives (Options.Metrics) takes one score per
+//     metric, in order, on the final line or the last line of stdout
+//     ("final 0.12 35.1", "0.12 35.1").
 //   - A non-zero exit, no score, or a score that is NaN, infinite or not a
 //     number fails the trial; stderr's tail is kept as the reason.
 //   - The objective runs in its own process group, and its whole process
@@ -39,6 +44,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,8 +58,13 @@ import (
 //go:embed soma_report.py
 var Helper []byte
 
-// Param is one knob's value as text.
-type Param struct{ Name, Text string }
+// Param is one knob's value as text. An Absent param (a conditional knob
+// whose condition is false in this point) has no text: it is left out of
+// the environment, {name?} substitutes "" for it, and {name} is an error.
+type Param struct {
+	Name, Text string
+	Absent     bool
+}
 
 // Step is one intermediate value.
 type Step struct {
@@ -80,6 +91,12 @@ type Options struct {
 	OnReport func(step int64, value float64) (prune bool)
 	// PythonPath, if set, is prepended to PYTHONPATH (where soma_report.py is).
 	PythonPath string
+	// Metrics names the objectives of a study with several (two or
+	// more): the objective then reports one score per metric, in this
+	// order, as "final <a> <b>" or as the last line of stdout, and a run
+	// that gives fewer or more fails naming the metric. Nil or one name:
+	// one score.
+	Metrics []string
 	// Guard is the executable that runs as the objective's guard: a
 	// program that calls GuardMain first thing (soma-trial, or a test
 	// binary from its TestMain), usually "/proc/self/exe", which stays the
@@ -121,6 +138,9 @@ type Result struct {
 	Outcome  Outcome
 	Score    float64 // Done: the final score; Pruned: the last value
 	HasScore bool
+	// Scores holds one score per metric when Options.Metrics has several
+	// (Done only); Score is then Scores[0].
+	Scores   []float64
 	Curve    []Step
 	PrunedAt int64 // the step at which it was pruned
 	// Reason explains Failed (and says how other outcomes came about).
@@ -136,19 +156,25 @@ type Result struct {
 // should stop rather than burn the budget.
 var ErrStart = errors.New("objective: cannot start")
 
-var placeholder = regexp.MustCompile(`\{([A-Za-z_][A-Za-z0-9_.\-]*)\}`)
+var placeholder = regexp.MustCompile(`\{([A-Za-z_][A-Za-z0-9_.\-]*)(\?)?\}`)
 
 // Substitute replaces {name} in each argument by the parameter's text or
-// one of vars. An unknown {name} is an error naming it and what exists.
+// one of vars, and {name?} likewise, or by "" where the parameter is
+// absent. An unknown name, and {name} for an absent parameter, are errors
+// naming it.
 func Substitute(argv []string, params []Param, vars map[string]string) ([]string, error) {
 	lookup := make(map[string]string, len(params)+len(vars))
 	var known []string
 	for k, v := range vars {
 		lookup[k] = v
 	}
+	absent := map[string]bool{}
 	for _, p := range params {
 		lookup[p.Name] = p.Text
 		known = append(known, p.Name)
+		if p.Absent {
+			absent[p.Name] = true
+		}
 	}
 	out := make([]string, len(argv))
 	for i, a := range argv {
@@ -156,20 +182,48 @@ func Substitute(argv []string, params []Param, vars map[string]string) ([]string
 			out[i] = a // most arguments: no regexp run
 			continue
 		}
-		var bad string
+		var bad, gone string
 		out[i] = placeholder.ReplaceAllStringFunc(a, func(m string) string {
-			name := m[1 : len(m)-1]
-			if v, ok := lookup[name]; ok {
-				return v
+			name, opt := strings.CutSuffix(m[1:len(m)-1], "?")
+			v, ok := lookup[name]
+			switch {
+			case !ok:
+				bad = name
+				return m
+			case absent[name] && !opt:
+				gone = name
+				return m
 			}
-			bad = name
-			return m
+			return v
 		})
 		if bad != "" {
 			return nil, fmt.Errorf("objective: argument %q: {%s} is not a parameter (parameters: %s; also {study} {trial} {attempt} {trial_dir})", a, bad, strings.Join(known, ", "))
 		}
+		if gone != "" {
+			return nil, fmt.Errorf("objective: argument %q: param %s is absent from this point (its condition is false); write {%s?} for an empty string where it is absent", a, gone, gone)
+		}
 	}
 	return out, nil
+}
+
+// CheckArgs checks argv's placeholders before any trial runs, so that a
+// mistake is one clear error rather than a failed trial per point: every
+// {name} or {name?} must name one of params or vars, and a param that can
+// be absent from a point (conditional maps it to its condition) must be
+// written {name?}.
+func CheckArgs(argv []string, params []string, conditional map[string]string, vars []string) error {
+	for _, a := range argv {
+		for _, m := range placeholder.FindAllStringSubmatch(a, -1) {
+			name, opt := m[1], m[2] == "?"
+			if !slices.Contains(params, name) && !slices.Contains(vars, name) {
+				return fmt.Errorf("objective: argument %q: {%s} is not a parameter (parameters: %s; also {study} {trial} {attempt} {trial_dir})", a, name, strings.Join(params, ", "))
+			}
+			if when, ok := conditional[name]; ok && !opt {
+				return fmt.Errorf("objective: argument %q: param %s is absent where its condition (%s) is false; write {%s?}, which is empty there", a, name, when, name)
+			}
+		}
+	}
+	return nil
 }
 
 // EnvName is the SOMA_PARAM_<NAME> variable for a knob.
@@ -335,6 +389,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	res := Result{Argv: argv, ExitCode: -1}
 	var mu sync.Mutex // guards res.Curve, final, protoErr
 	var final *float64
+	var finalFields []string // the final line's values
 	var protoErr string
 	pruneAt := make(chan int64, 1)
 	pruned := false
@@ -350,6 +405,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 		case kind == "final":
 			v := val
 			final = &v
+			finalFields = strings.Fields(text)[1:]
 		case kind == "report":
 			res.Curve = append(res.Curve, Step{step, val})
 		}
@@ -531,8 +587,21 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 		res.Reason = exitReason(werr)
 	case protoErr != "":
 		res.Reason = "bad report line: " + protoErr
+	case final != nil && len(o.Metrics) > 1:
+		res.Reason = o.takeScores(&res, finalFields, "the final line")
 	case final != nil:
+		if len(finalFields) > 1 {
+			res.Reason = fmt.Sprintf("final gave %d values, but the study has one objective (write \"final <score>\")", len(finalFields))
+			return res, nil
+		}
 		res.Score, res.HasScore = *final, true
+	case len(o.Metrics) > 1:
+		l := strings.TrimSpace(last.String())
+		if l == "" {
+			res.Reason = fmt.Sprintf("no scores: nothing on fd $SOMA_REPORT_FD and stdout is empty (print the %s scores as the last line, or use final())", strings.Join(o.Metrics, " "))
+			return res, nil
+		}
+		res.Reason = o.takeScores(&res, strings.Fields(l), "the last line of stdout")
 	default:
 		l := strings.TrimSpace(last.String())
 		if l == "" {
@@ -602,6 +671,28 @@ func exitReason(e exit) string {
 	return fmt.Sprintf("exit status %d", e.ws.ExitStatus())
 }
 
+// takeScores reads one score per metric from fields into res, or returns
+// why it could not, naming the metric at fault.
+func (o *Options) takeScores(res *Result, fields []string, where string) string {
+	want := "write them in this order: " + strings.Join(o.Metrics, " ")
+	if len(fields) < len(o.Metrics) {
+		return fmt.Sprintf("no score for %s: %s has %d of the %d scores (%s)", o.Metrics[len(fields)], where, len(fields), len(o.Metrics), want)
+	}
+	if len(fields) > len(o.Metrics) {
+		return fmt.Sprintf("%s has %d values for %d metrics (%s)", where, len(fields), len(o.Metrics), want)
+	}
+	scores := make([]float64, len(fields))
+	for i, f := range fields {
+		x, err := strconv.ParseFloat(f, 64)
+		if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+			return fmt.Sprintf("score for %s is %q in %s, not a finite number", o.Metrics[i], truncate(f, 40), where)
+		}
+		scores[i] = x
+	}
+	res.Scores, res.Score, res.HasScore = scores, scores[0], true
+	return ""
+}
+
 // parseLine reads one line of the report protocol.
 func parseLine(s string) (kind string, step int64, val float64, err error) {
 	f := strings.Fields(s)
@@ -616,11 +707,15 @@ func parseLine(s string) (kind string, step int64, val float64, err error) {
 			return "", 0, 0, fmt.Errorf("%q: value is %s", truncate(s, 80), notNumber(err))
 		}
 		return "report", step, val, nil
-	case len(f) == 2 && f[0] == "final":
-		val, err = strconv.ParseFloat(f[1], 64)
-		if err != nil {
-			return "", 0, 0, fmt.Errorf("%q: score is %s", truncate(s, 80), notNumber(err))
+	case len(f) >= 2 && f[0] == "final":
+		// Several values are several objectives' scores; Run checks
+		// their number against Options.Metrics.
+		for _, t := range f[1:] {
+			if _, err := strconv.ParseFloat(t, 64); err != nil {
+				return "", 0, 0, fmt.Errorf("%q: score is %s", truncate(s, 80), notNumber(err))
+			}
 		}
+		val, _ = strconv.ParseFloat(f[1], 64)
 		return "final", 0, val, nil
 	case len(f) == 0:
 		return "", 0, 0, nil
@@ -645,7 +740,9 @@ func buildEnv(o Options) []string {
 	env = append([]string(nil), env...)
 	env = append(env, "SOMA_PARAMS="+string(o.ParamsJSON), "SOMA_REPORT_FD=3", "SOMA_CONTROL_FD=4")
 	for _, p := range o.Params {
-		env = append(env, EnvName(p.Name)+"="+p.Text)
+		if !p.Absent {
+			env = append(env, EnvName(p.Name)+"="+p.Text)
+		}
 	}
 	for k, v := range o.Vars {
 		env = append(env, "SOMA_"+strings.ToUpper(k)+"="+v)

@@ -148,14 +148,14 @@ final(1)
 `), "--lr", "{lr}", "--opt={opt}", "{trial}")
 	r := run(t, Options{
 		Argv:       argv,
-		Params:     []Param{{"lr", "0.001"}, {"opt", "adam"}, {"batch-size", "64"}},
+		Params:     []Param{{Name: "lr", Text: "0.001"}, {Name: "opt", Text: "adam"}, {Name: "batch-size", Text: "64"}},
 		ParamsJSON: []byte(`{"lr":0.001,"opt":"adam"}`),
 		Vars:       map[string]string{"trial": "7"},
 	}, nil)
 	if r.Outcome != Done {
 		t.Fatalf("outcome %s: %s\n%s", r.Outcome, r.Reason, r.StderrTail)
 	}
-	if _, err := Substitute([]string{"--x={nope}"}, []Param{{"lr", "1"}}, nil); err == nil || !strings.Contains(err.Error(), "{nope}") {
+	if _, err := Substitute([]string{"--x={nope}"}, []Param{{Name: "lr", Text: "1"}}, nil); err == nil || !strings.Contains(err.Error(), "{nope}") {
 		t.Errorf("Substitute(unknown) = %v, want an error naming {nope}", err)
 	}
 }

@@ -130,13 +130,17 @@ def report(step, value, wait=True):
     return _pruned
 
 
-def final(score):
-    """Report the trial's final score (call once, at the end)."""
+def final(score, *more):
+    """Report the trial's final score (call once, at the end).
+
+    A study with several objectives takes one score per metric, in the
+    spec's order: final(error, latency_ms).
+    """
     out, _ = _fds()
-    score = float(score)
+    text = " ".join("%r" % float(x) for x in (score,) + more)
     if out is None:
-        print(score)
+        print(text)
         return
     _send()
-    out.write("final %r\n" % score)
+    out.write("final %s\n" % text)
     out.flush()

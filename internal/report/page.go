@@ -19,6 +19,9 @@ const CheckID = "soma-check"
 // render returns the page and what it holds.
 func (d *data) render() (string, Info) {
 	plots := []plot{d.history(), d.curves(), d.params(), d.parallel()}
+	if len(d.metrics) > 1 {
+		plots = append([]plot{d.front()}, plots...)
+	}
 	info := Info{Trials: len(d.trials)}
 	for _, p := range plots {
 		if p.marks > 0 {

@@ -67,8 +67,9 @@ type trial struct {
 	x          []float64 // knob values: the number, or a choice's index
 	text       []string  // knob values as text
 	curve      []study.Step
-	rank       float64 // 0 best … 1 worst among done trials with a score
-	done       bool    // done with a score
+	scores     []float64 // several objectives: one per metric (done)
+	rank       float64   // 0 best … 1 worst among done trials with a score
+	done       bool      // done with a score
 }
 
 // data is everything the page shows.
@@ -77,10 +78,13 @@ type data struct {
 	knobs  []study.Knob
 	dir    study.Direction
 	metric string
-	trials []trial // by number
-	done   []int   // indices of done trials, best first
-	o      Options
-	now    time.Time
+	// Several objectives: their names and directions (nil otherwise).
+	metrics []string
+	dirs    []study.Direction
+	trials  []trial // by number
+	done    []int   // indices of done trials, best first
+	o       Options
+	now     time.Time
 }
 
 // Write reads st once with its curves (study.Study.Curves: one blob read
@@ -109,12 +113,14 @@ func build(st *study.Study, snap *study.Snapshot, o Options) *data {
 		o.Title = "soma report: " + st.Name()
 	}
 	d := &data{
-		view:   status.FromSnapshot(st, snap, status.Options{Top: 15}),
-		knobs:  st.Space().Knobs(),
-		dir:    st.Direction(),
-		metric: st.Spec().Metric,
-		o:      o,
-		now:    snap.Now,
+		view:    status.FromSnapshot(st, snap, status.Options{Top: 15}),
+		knobs:   st.Space().Knobs(),
+		dir:     st.Direction(),
+		metric:  st.Spec().Metric,
+		metrics: st.Spec().Metrics,
+		dirs:    st.Spec().Directions,
+		o:       o,
+		now:     snap.Now,
 	}
 	if d.metric == "" {
 		d.metric = "score"
@@ -125,7 +131,7 @@ func build(st *study.Study, snap *study.Snapshot, o Options) *data {
 		t := trial{
 			n: r.Number, attempt: r.Attempt, state: r.State,
 			score: r.Score, hasScore: r.HasScore, value: r.Value, hasValue: r.HasValue,
-			lastStep: r.LastStep, curve: r.Curve,
+			lastStep: r.LastStep, curve: r.Curve, scores: r.Scores,
 		}
 		t.done = r.State == study.StateDone && r.HasScore
 		for j, kv := range sp.Values(r.Point) {

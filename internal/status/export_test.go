@@ -31,6 +31,7 @@ func documentedColumns(knobs []study.Knob, curves bool) []string {
 			for _, k := range knobs {
 				out = append(out, "params_"+k.Name)
 			}
+		case name == "score_<metric>": // several objectives only: none here
 		case (name == "reason" || name == "curve") && !curves:
 		default:
 			out = append(out, name)

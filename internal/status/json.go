@@ -120,6 +120,13 @@ studies[].counts.ended      integer       done, pruned, or failed with no retry 
 studies[].counts.corrupt    integer       records that could not be read (never results)
 studies[].counts.foreign    integer       names in the trial and pack folders that are not the study's records (never run or counted)
 studies[].best              trial|null    the best done trial; null before any is done, or with no direction
+studies[].front?            object        several objectives only, once a trial is done: the Pareto front (soma best lists it)
+studies[].front.metrics     array         the objectives' names
+studies[].front.metrics[]   string        one metric
+studies[].front.size        integer       done trials on the front
+studies[].front.hypervolume number        the volume the front dominates up to the reference
+studies[].front.reference   array         per metric, the worst done score pushed a tenth of the metric's range further
+studies[].front.reference[] number        one metric's reference
 studies[].pace              object        speed and ETA
 studies[].pace.trials_per_hour number|null trials ended per hour (last hour, or since start, or all time)
 studies[].pace.basis        string        which window the rate is over: last hour, since start, all time, finished, no trial ended yet

@@ -34,7 +34,10 @@ func WriteText(w io.Writer, v *View, o TextOptions) error {
 		metric = "score"
 	}
 	goal := v.Direction + " " + metric
-	if v.Direction == "unknown" {
+	switch {
+	case len(v.goals) > 1:
+		goal = strings.Join(v.goals, ", ")
+	case v.Direction == "unknown":
 		goal = "no direction (" + metric + ")"
 	}
 	fmt.Fprintf(&b, "study    %s · %s · %s sampler · %s pruner · seed %d · budget %d · retries %d\n",
@@ -51,8 +54,13 @@ func WriteText(w io.Writer, v *View, o TextOptions) error {
 	}
 	b.WriteByte('\n')
 	switch {
+	case v.Front != nil:
+		fmt.Fprintf(&b, "front    %d trials on the Pareto front of %s (soma best lists them) · hypervolume %s up to %s\n",
+			v.Front.Size, strings.Join(v.Front.Metrics, ", "), fnum(v.Front.Hypervolume, 6), fnums(v.Front.Reference))
 	case v.Best != nil:
 		fmt.Fprintf(&b, "best     %s %s (trial %s)  %s\n", metric, fnum(*v.Best.Score, 6), bestLabel(*v.Best), shortPoint(v, *v.Best))
+	case v.Direction == "unknown" && v.objectives > 1:
+		b.WriteString("front    - (no trial done yet)\n")
 	case v.Direction == "unknown":
 		b.WriteString("best     - (the study has no direction, so no score is best)\n")
 	default:
@@ -272,6 +280,15 @@ func shortPoint(v *View, r Row) string {
 // fnum formats x with at most digits significant digits; numbers of
 // more integer digits than that are rounded to an integer, and an
 // exponent is used only below 1e-4 and from 1e9.
+// fnums writes xs as "(a, b)" with fnum's 6 digits.
+func fnums(xs []float64) string {
+	t := make([]string, len(xs))
+	for i, x := range xs {
+		t[i] = fnum(x, 6)
+	}
+	return "(" + strings.Join(t, ", ") + ")"
+}
+
 func fnum(x float64, digits int) string {
 	if math.IsNaN(x) || math.IsInf(x, 0) {
 		return strconv.FormatFloat(x, 'g', -1, 64)

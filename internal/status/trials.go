@@ -34,7 +34,8 @@ type TrialsOptions struct {
 
 // TrialColumns documents the columns of soma trials, in order; every
 // format has them all (JSON writes null where CSV leaves a cell empty).
-// "params_<name>" is one column per knob, in knob order, after point.
+// "params_<name>" is one column per knob, in knob order, after point;
+// "score_<metric>" one per metric, for studies with several objectives.
 const TrialColumns = `study          the study
 trial          trial number
 attempt        attempt number (a retry of a stale, interrupted or failed attempt counts up)
@@ -52,7 +53,8 @@ failures       failed attempts of this trial before this one
 beat           heartbeat counter
 adopted_from   the attempt whose finished outcome this one copied; -1 if none
 point          the point as name=value,...
-params_<name>  one column per knob: a number for int and float knobs, text for choices
+params_<name>  one column per knob: a number for int and float knobs, text for choices; empty (JSON null) where a conditional knob is absent
+score_<metric> with several objectives, one column per metric: that final score (done); empty otherwise
 reason         (with --curves) why it stopped: the objective's error for a failed attempt
 curve          (with --curves) the intermediate values, as JSON [[step, value], ...]`
 
@@ -71,6 +73,10 @@ func WriteTrials(ctx context.Context, st *study.Study, w io.Writer, o TrialsOpti
 	}
 	sp := st.Space()
 	knobs := sp.Knobs()
+	var metrics []string // several objectives only
+	if st.Spec().Objectives() > 1 {
+		metrics = st.Spec().Metrics
+	}
 	numeric := make([]bool, len(knobs))
 	for i, k := range knobs {
 		switch k.Kind {
@@ -84,9 +90,9 @@ func WriteTrials(ctx context.Context, st *study.Study, w io.Writer, o TrialsOpti
 	}
 	bw := bufio.NewWriterSize(w, 1<<16)
 	if o.Format == FormatCSV {
-		err = writeCSV(bw, st.Name(), sp, knobs, recs, o.Curves)
+		err = writeCSV(bw, st.Name(), sp, knobs, metrics, recs, o.Curves)
 	} else {
-		err = writeJSON(bw, st.Name(), sp, knobs, numeric, recs, o)
+		err = writeJSON(bw, st.Name(), sp, knobs, metrics, numeric, recs, o)
 	}
 	if err != nil {
 		return problems, err
@@ -94,11 +100,14 @@ func WriteTrials(ctx context.Context, st *study.Study, w io.Writer, o TrialsOpti
 	return problems, bw.Flush()
 }
 
-func header(knobs []study.Knob, curves bool) []string {
+func header(knobs []study.Knob, metrics []string, curves bool) []string {
 	h := []string{"study", "trial", "attempt", "state", "score", "value", "last_step", "duration_s", "start", "time",
 		"host", "pid", "job", "failures", "beat", "adopted_from", "point"}
 	for _, k := range knobs {
 		h = append(h, "params_"+k.Name)
+	}
+	for _, m := range metrics {
+		h = append(h, "score_"+m)
 	}
 	if curves {
 		h = append(h, "reason", "curve")
@@ -115,9 +124,9 @@ func durationS(r *study.Record) (float64, bool) {
 
 func ftoa(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 
-func writeCSV(w *bufio.Writer, name string, sp *study.Space, knobs []study.Knob, recs []study.Record, curves bool) error {
+func writeCSV(w *bufio.Writer, name string, sp *study.Space, knobs []study.Knob, metrics []string, recs []study.Record, curves bool) error {
 	cw := csv.NewWriter(w)
-	if err := cw.Write(header(knobs, curves)); err != nil {
+	if err := cw.Write(header(knobs, metrics, curves)); err != nil {
 		return err
 	}
 	row := make([]string, 0, 20+len(knobs))
@@ -142,6 +151,9 @@ func writeCSV(w *bufio.Writer, name string, sp *study.Space, knobs []study.Knob,
 		for _, kv := range sp.Values(r.Point) {
 			row = append(row, kv.Text)
 		}
+		for j := range metrics {
+			row = append(row, opt(scoreOf(r, j, len(metrics))))
+		}
 		if curves {
 			row = append(row, r.Reason, string(curveJSON(nil, r.Curve)))
 		}
@@ -153,8 +165,16 @@ func writeCSV(w *bufio.Writer, name string, sp *study.Space, knobs []study.Knob,
 	return cw.Error()
 }
 
-func writeJSON(w *bufio.Writer, name string, sp *study.Space, knobs []study.Knob, numeric []bool, recs []study.Record, o TrialsOptions) error {
-	keys := header(knobs, o.Curves)
+// scoreOf returns score j of r's several (n) scores, if it has them.
+func scoreOf(r *study.Record, j, n int) (float64, bool) {
+	if len(r.Scores) != n {
+		return 0, false
+	}
+	return r.Scores[j], true
+}
+
+func writeJSON(w *bufio.Writer, name string, sp *study.Space, knobs []study.Knob, metrics []string, numeric []bool, recs []study.Record, o TrialsOptions) error {
+	keys := header(knobs, metrics, o.Curves)
 	qkeys := make([][]byte, len(keys))
 	for i, k := range keys {
 		qkeys[i] = appendString(nil, k)
@@ -229,11 +249,17 @@ func writeJSON(w *bufio.Writer, name string, sp *study.Space, knobs []study.Knob
 		str(r.PointText)
 		for j, kv := range sp.Values(r.Point) {
 			key()
-			if numeric[j] && kv.Text != "" {
+			switch {
+			case kv.Absent:
+				b = append(b, "null"...)
+			case numeric[j] && kv.Text != "":
 				b = append(b, kv.Text...)
-			} else {
+			default:
 				b = appendString(b, kv.Text)
 			}
+		}
+		for j := range metrics {
+			num(scoreOf(r, j, len(metrics)))
 		}
 		if o.Curves {
 			str(r.Reason)

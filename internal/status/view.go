@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -35,13 +36,16 @@ type View struct {
 	LeaseS     float64  `json:"lease_s"`
 	Params     []Param  `json:"params"`
 	// Now is the file-server time the view was read at.
-	Now      time.Time `json:"now"`
-	Counts   Counts    `json:"counts"`
-	Best     *Row      `json:"best"`
-	Pace     Pace      `json:"pace"`
-	Machines []Machine `json:"machines"`
-	Top      []Row     `json:"top"`
-	Running  []Row     `json:"running"`
+	Now    time.Time `json:"now"`
+	Counts Counts    `json:"counts"`
+	Best   *Row      `json:"best"`
+	// Front summarises the Pareto front of a study with several
+	// objectives (nil otherwise, and before any trial is done).
+	Front    *FrontSummary `json:"front,omitempty"`
+	Pace     Pace          `json:"pace"`
+	Machines []Machine     `json:"machines"`
+	Top      []Row         `json:"top"`
+	Running  []Row         `json:"running"`
 	// Trials is every trial's latest attempt, by number (Options.All).
 	Trials []Row `json:"trials,omitempty"`
 	// Problems has one line per record that could not be read.
@@ -54,6 +58,58 @@ type View struct {
 	Packs int `json:"packs"`
 	// LastActivity is the newest record time (nil: no trial yet).
 	LastActivity *time.Time `json:"last_activity"`
+
+	objectives int      // the spec's number of objectives
+	goals      []string // with several: "minimize error", one per metric
+}
+
+// FrontSummary is the size and hypervolume of a study's Pareto front.
+type FrontSummary struct {
+	Metrics []string `json:"metrics"`
+	Size    int      `json:"size"`
+	// Hypervolume is the volume the front dominates up to Reference:
+	// per metric, the worst done score pushed a tenth of the metric's
+	// range (of done scores) further, so that no front trial adds nothing.
+	Hypervolume float64   `json:"hypervolume"`
+	Reference   []float64 `json:"reference"`
+}
+
+// frontSummary computes the FrontSummary of the done trials of snap.
+func frontSummary(spec *study.Spec, snap *study.Snapshot) *FrontSummary {
+	dirs := spec.Directions
+	front := study.ParetoFront(snap.Trials, dirs)
+	if len(front) == 0 {
+		return nil
+	}
+	ref := make([]float64, len(dirs))
+	for i, d := range dirs {
+		worst, best := math.NaN(), math.NaN()
+		for _, r := range snap.Trials {
+			if r.State != study.StateDone || len(r.Scores) != len(dirs) {
+				continue
+			}
+			x := r.Scores[i]
+			if math.IsNaN(worst) || d.Better(worst, x) {
+				worst = x
+			}
+			if math.IsNaN(best) || d.Better(x, best) {
+				best = x
+			}
+		}
+		margin := math.Abs(worst-best) / 10
+		if margin == 0 {
+			margin = max(math.Abs(worst)/10, 1)
+		}
+		if d == study.Maximize {
+			margin = -margin
+		}
+		ref[i] = worst + margin
+	}
+	pts := make([][]float64, len(front))
+	for i, r := range front {
+		pts[i] = r.Scores
+	}
+	return &FrontSummary{Metrics: spec.Metrics, Size: len(front), Hypervolume: study.Hypervolume(pts, dirs, ref), Reference: ref}
 }
 
 // Change is one change of a study's budget: a newer version of its spec.
@@ -298,6 +354,13 @@ func FromSnapshot(st *study.Study, snap *study.Snapshot, o Options) *View {
 		return strings.Compare(a.Host, b.Host)
 	})
 
+	v.objectives = spec.Objectives()
+	for i, d := range spec.Directions {
+		v.goals = append(v.goals, d.String()+" "+spec.Metrics[i])
+	}
+	if v.objectives > 1 {
+		v.Front = frontSummary(spec, snap)
+	}
 	dir := st.Direction()
 	if dir != study.DirectionUnknown && len(done) > 0 {
 		// Best first; the lower trial number among equals, as

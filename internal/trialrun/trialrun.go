@@ -159,6 +159,9 @@ func Run(ctx context.Context, st *study.Study, root string, o Options, sig <-cha
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
+	if err := CheckArgs(o.Argv, st.Space()); err != nil {
+		return Summary{}, err
+	}
 	l := &loop{st: st, root: root, o: o, sig: sig, stops: map[int]chan objective.Stop{}, logs: map[int]*workerLog{}}
 	l.sum.States = map[string]int{}
 	if l.env = o.Env; l.env == nil {
@@ -666,7 +669,7 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) (record func()
 	kvs := run.Values()
 	params := make([]objective.Param, len(kvs))
 	for i, kv := range kvs {
-		params[i] = objective.Param{Name: kv.Name, Text: kv.Text}
+		params[i] = objective.Param{Name: kv.Name, Text: kv.Text, Absent: kv.Absent}
 	}
 	pj, err := run.PointJSON()
 	if err != nil {
@@ -791,6 +794,7 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) (record func()
 		Timeout:    l.o.Timeout,
 		Grace:      l.o.KillGrace,
 		OnReport:   onReport,
+		Metrics:    l.st.Spec().Metrics,
 		PythonPath: l.o.PythonPath,
 		Guard:      l.o.Guard,
 	}, stop)
@@ -859,7 +863,12 @@ func (l *loop) record(ctx context.Context, w int, run *study.Run, res objective.
 		l.note(n, a, shortPoint(run.Values()), "superseded", "", res.Duration)
 		return nil
 	}
-	ferr := run.Finish(rctx, state, score, reason)
+	var ferr error
+	if state == study.StateDone && len(res.Scores) > 1 {
+		ferr = run.FinishScores(rctx, res.Scores, reason)
+	} else {
+		ferr = run.Finish(rctx, state, score, reason)
+	}
 	switch {
 	case errors.Is(ferr, study.ErrSuperseded):
 		l.note(n, a, shortPoint(run.Values()), "superseded", "result discarded: a newer attempt exists", res.Duration)
@@ -879,6 +888,13 @@ func (l *loop) record(ctx context.Context, w int, run *study.Run, res objective.
 	switch state {
 	case study.StateDone:
 		detail = "score " + strconv.FormatFloat(score, 'g', 6, 64)
+		if len(res.Scores) > 1 {
+			t := make([]string, len(res.Scores))
+			for i, x := range res.Scores {
+				t[i] = strconv.FormatFloat(x, 'g', 6, 64)
+			}
+			detail = "scores " + strings.Join(t, " ")
+		}
 	case study.StatePruned:
 		detail = fmt.Sprintf("at step %d (value %.6g)", res.PrunedAt, score)
 	default:
@@ -1031,10 +1047,15 @@ func (l *loop) note(n, a int, point, state, detail string, d time.Duration) {
 
 // shortPoint is the point for a log line: floats to 4 significant digits
 // (the record keeps them exact; soma best prints them exact).
+// An absent conditional knob is left out, as from the point's text (it
+// printed "mom=" as if its value were empty).
 func shortPoint(kvs []study.KV) string {
 	var b strings.Builder
-	for i, kv := range kvs {
-		if i > 0 {
+	for _, kv := range kvs {
+		if kv.Absent {
+			continue
+		}
+		if b.Len() > 0 {
 			b.WriteByte(',')
 		}
 		b.WriteString(kv.Name)

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/testutil"
+	"github.com/soma-hpc/soma/study"
+)
+
+// TestSeveralObjectives runs a two-objective study end to end: the
+// objective prints both scores as its last line (or, for x < 0.3, only the
+// first, which must fail naming the second), and the records hold both.
+func TestSeveralObjectives(t *testing.T) {
+	testutil.NeedPython(t, "json")
+	dir := t.TempDir()
+	obj := filepath.Join(dir, "obj.py")
+	if err := os.WriteFile(obj, []byte(`import sys
+x = float(sys.argv[1])
+print(x if x < 0.3 else "%r %r" % (x, (1 - x) ** 2))
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := filepath.Join(dir, "spec.toml")
+	if err := os.WriteFile(spec, []byte(`direction = ["minimize", "minimize"]
+metrics = ["x", "y"]
+budget = 8
+sampler = "sobol"
+[param]
+x = "float:0:1"
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(dir, "root")
+	c := exec.Command(bin, "--root", root, "--study", "s", "--spec", spec, "--no-wait", "--", testutil.Python(), obj, "{x}")
+	if out, err := c.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	st, err := fsstore.Open(root, fsstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := study.Open(context.Background(), st, "s", nil, study.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Attempts with their blobs: a failed attempt's reason is there.
+	recs, _, err := s.Attempts(context.Background(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, failed := 0, 0
+	for _, r := range recs {
+		x := s.Space().Values(r.Point)[0].Text
+		switch r.State {
+		case study.StateDone:
+			done++
+			if len(r.Scores) != 2 || r.Scores[1] != (1-r.Scores[0])*(1-r.Scores[0]) {
+				t.Errorf("trial %d (x=%s): scores %v", r.Number, x, r.Scores)
+			}
+		case study.StateFailed:
+			failed++
+			if !strings.Contains(r.Reason, "no score for y") {
+				t.Errorf("trial %d (x=%s) failed with %q, want it to name y", r.Number, x, r.Reason)
+			}
+		default:
+			t.Errorf("trial %d: state %s", r.Number, r.State)
+		}
+	}
+	if done == 0 || failed == 0 || done+failed != 8 {
+		t.Errorf("%d done and %d failed, want both, 8 in all", done, failed)
+	}
+}

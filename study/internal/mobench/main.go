@@ -1,0 +1,187 @@
+// Command mobench measures soma's nsga2 sampler on problems with two
+// objectives and prints a markdown table of median hypervolumes next to
+// Optuna's. It is a benchmark of search quality, not a test; run it with
+// scripts/bench-mo.sh.
+//
+// Problems (both objectives minimised), as in scripts/bench_mo.py:
+//
+//	zdt1, zdt2     Zitzler, Deb & Thiele 2000, 30 variables on [0, 1];
+//	               reference point (1.1, 11)
+//	hartmann6x2    f1 = hartmann6(x), f2 = hartmann6(1 − x), 6 variables;
+//	               reference point (0, 0)
+//
+// The hypervolume is that of every trial's scores (study.Hypervolume).
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/soma-hpc/soma/study"
+)
+
+var (
+	hartA = [4][6]float64{{10, 3, 17, 3.5, 1.7, 8}, {0.05, 10, 17, 0.1, 8, 14}, {3, 3.5, 1.7, 10, 17, 8}, {17, 8, 0.05, 10, 0.1, 14}}
+	hartP = [4][6]float64{{1312, 1696, 5569, 124, 8283, 5886}, {2329, 4135, 8307, 3736, 1004, 9991},
+		{2348, 1451, 3522, 2883, 3047, 6650}, {4047, 8828, 8732, 5743, 1091, 381}}
+	hartAlpha = [4]float64{1, 1.2, 3, 3.2}
+)
+
+func hartmann6(x []float64) float64 {
+	s := 0.0
+	for i := range 4 {
+		e := 0.0
+		for j := range 6 {
+			d := x[j] - 1e-4*hartP[i][j]
+			e += hartA[i][j] * d * d
+		}
+		s += hartAlpha[i] * math.Exp(-e)
+	}
+	return -s
+}
+
+func zdt(x []float64, two bool) []float64 {
+	g := 0.0
+	for _, v := range x[1:] {
+		g += v
+	}
+	g = 1 + 9*g/float64(len(x)-1)
+	r := x[0] / g
+	if two {
+		return []float64{x[0], g * (1 - r*r)}
+	}
+	return []float64{x[0], g * (1 - math.Sqrt(r))}
+}
+
+type problem struct {
+	name string
+	n    int
+	f    func([]float64) []float64
+	ref  []float64
+}
+
+func problems() []problem {
+	return []problem{
+		{"zdt1", 30, func(x []float64) []float64 { return zdt(x, false) }, []float64{1.1, 11}},
+		{"zdt2", 30, func(x []float64) []float64 { return zdt(x, true) }, []float64{1.1, 11}},
+		{"hartmann6x2", 6, func(x []float64) []float64 {
+			y := make([]float64, len(x))
+			for i, v := range x {
+				y[i] = 1 - v
+			}
+			return []float64{hartmann6(x), hartmann6(y)}
+		}, []float64{0, 0}},
+	}
+}
+
+func run(p problem, sampler string, seed uint64, trials int) (float64, error) {
+	var params []string
+	for i := range p.n {
+		params = append(params, fmt.Sprintf("x%d=float:0:1", i))
+	}
+	// The space only: flags have no several-objectives form.
+	spec, err := study.SpecFromFlags(params, "", "random", "", trials, seed)
+	if err != nil {
+		return 0, err
+	}
+	dirs := []study.Direction{study.Minimize, study.Minimize}
+	var s study.Sampler
+	if sampler == "nsga2" {
+		s = study.NewNSGA2Sampler(seed, dirs)
+	} else if s, err = spec.NewSampler(); err != nil {
+		return 0, err
+	}
+	h := study.History{}
+	var pts [][]float64
+	x := make([]float64, p.n)
+	for t := range trials {
+		pt, err := s.Ask(spec.Space, t, h)
+		if err != nil {
+			return 0, err
+		}
+		for i, kv := range spec.Space.Values(pt) {
+			fmt.Sscan(kv.Text, &x[i])
+		}
+		sc := p.f(x)
+		pts = append(pts, sc)
+		h.Trials = append(h.Trials, study.Trial{Number: t, State: study.StateDone, Point: pt, Score: sc[0], HasScore: true, Scores: sc, LastStep: -1})
+	}
+	return study.Hypervolume(pts, dirs, p.ref), nil
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func fmtNaN(x float64) string {
+	if math.IsNaN(x) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.4f", x)
+}
+
+func main() {
+	seeds := flag.Int("seeds", 20, "seeds (0..seeds-1)")
+	trials := flag.Int("trials", 200, "trials per run")
+	optunaFile := flag.String("optuna", "", "JSON lines from scripts/bench_mo.py")
+	flag.Parse()
+	opt := map[string][]float64{}
+	if *optunaFile != "" {
+		f, err := os.Open(*optunaFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			var r struct {
+				Func    string  `json:"func"`
+				Sampler string  `json:"sampler"`
+				HV      float64 `json:"hv"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+				fmt.Fprintf(os.Stderr, "mobench: %s: %v\n", *optunaFile, err)
+				os.Exit(1)
+			}
+			opt[r.Func+"/"+r.Sampler] = append(opt[r.Func+"/"+r.Sampler], r.HV)
+		}
+		f.Close()
+	}
+	start := time.Now()
+	fmt.Printf("two objectives, %d trials, seeds 0..%d: median hypervolume of all trials (higher is better)\n\n", *trials, *seeds-1)
+	fmt.Println("| problem | soma nsga2 | soma random | Optuna 3.1 NSGAIISampler | Optuna 3.1 MOTPE |")
+	fmt.Println("|---|---:|---:|---:|---:|")
+	for _, p := range problems() {
+		med := map[string]float64{}
+		for _, sm := range []string{"nsga2", "random"} {
+			var hvs []float64
+			for seed := range *seeds {
+				hv, err := run(p, sm, uint64(seed), *trials)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "mobench:", err)
+					os.Exit(1)
+				}
+				hvs = append(hvs, hv)
+			}
+			med[sm] = median(hvs)
+		}
+		fmt.Printf("| %s | %.4f | %.4f | %s | %s |\n", p.name, med["nsga2"], med["random"],
+			fmtNaN(median(opt[p.name+"/nsga2"])), fmtNaN(median(opt[p.name+"/motpe"])))
+	}
+	fmt.Fprintf(os.Stderr, "soma side took %v\n", time.Since(start).Round(time.Millisecond))
+}
