@@ -67,6 +67,8 @@ var roles = map[string]role{
 	"internal/slowfs":             tool,
 	"internal/slowfs/cmd/slowfs":  tool,
 	"study/internal/samplerbench": tool,
+	"study/internal/condbench":    tool,
+	"study/internal/mobench":      tool,
 
 	"internal/testutil":  testSupport,
 	"internal/studytest": testSupport,
