@@ -84,6 +84,10 @@ type beneath struct {
 	// trial) refreshes the blob relative to its folder, without walking
 	// the folder's path again (3 lookups on NFS without a lookup cache).
 	blobDirs dirCache
+
+	// up are the folders two levels above the names reads open: a
+	// study's trial folder (upDirs).
+	up upDirs
 }
 
 func (s *Store) openBeneath(rel string, flags int, mode uint32) (int, error) {
@@ -105,6 +109,9 @@ func (s *Store) openName(name string, flags int) (int, error) {
 	dir, leaf := nameDir(name)
 	pfd, ok := s.fds.dirs.take(dir)
 	if !ok {
+		if fd, err, done := s.openNameUp(name, flags); done {
+			return fd, err
+		}
 		return s.openBeneath("names/"+name, flags, 0)
 	}
 	fd, err := openatRetry(pfd, leaf, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -114,6 +121,37 @@ func (s *Store) openName(name string, flags int) (int, error) {
 	}
 	s.fds.dirs.put(dir, pfd)
 	return fd, err
+}
+
+// openNameUp opens name relative to the folder two levels above it
+// (upDirs), following no link in the two components below it
+// (Beneath.open): two lookups where the path has more. done false: the
+// name has no such folder, it cannot be opened, or it was removed; the
+// caller then opens name by its path.
+func (s *Store) openNameUp(name string, flags int) (fd int, err error, done bool) {
+	i := strings.LastIndexByte(name, '/')
+	if i < 0 {
+		return -1, nil, false
+	}
+	j := strings.LastIndexByte(name[:i], '/')
+	if j < 0 {
+		return -1, nil, false
+	}
+	up, rel := "names/"+name[:j], name[j+1:]
+	ufd, ok := s.fds.up.get(up, func() (int, error) { return s.openDir(up, false) })
+	if !ok {
+		return -1, nil, false
+	}
+	b := &Beneath{fd: ufd, path: filepath.Join(s.root, filepath.FromSlash(up))}
+	if s.fds.root.noOpenat2.Load() {
+		b.noOpenat2.Store(true)
+	}
+	fd, err = b.open(rel, flags, 0)
+	if err != nil && goneDir(err) && !dirAlive(ufd) {
+		s.fds.up.drop(up, ufd)
+		return -1, nil, false
+	}
+	return fd, err, true
 }
 
 func (s *Store) openDir(rel string, create bool) (int, error) {

@@ -34,8 +34,8 @@ var (
 	}
 	// statusOps is what soma status costs over the study of trialsMore
 	// trials, and statusOpsPerTrial what each trial more adds to it.
-	statusOps         = 795.0
-	statusOpsPerTrial = 18.0
+	statusOps         = 639.0
+	statusOpsPerTrial = 14.0
 )
 
 const trialsFew, trialsMore = 10, 40
