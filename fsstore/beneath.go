@@ -142,15 +142,30 @@ func (s *Store) openNameUp(name string, flags int) (fd int, err error, done bool
 	if !ok {
 		return -1, nil, false
 	}
-	b := &Beneath{fd: ufd, path: filepath.Join(s.root, filepath.FromSlash(up))}
+	// The folder below first, then the leaf in it: the same two lookups
+	// as one open of both, but a leaf found missing (the look for a
+	// next attempt, mostly) is then known missing from a folder found in
+	// the kept one, which was therefore not removed (a removed folder is
+	// empty): no fstat of the kept folder to tell (dirAlive), a GETATTR
+	// on NFS.
+	path := filepath.Join(s.root, filepath.FromSlash(up))
+	b := &Beneath{fd: ufd, path: path}
 	if s.fds.root.noOpenat2.Load() {
 		b.noOpenat2.Store(true)
 	}
-	fd, err = b.open(rel, flags, 0)
-	if err != nil && goneDir(err) && !dirAlive(ufd) {
-		s.fds.up.drop(up, ufd)
-		return -1, nil, false
+	sub, leaf := rel[:i-j-1], name[i+1:]
+	dfd, err := b.open(sub, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		if goneDir(err) && !dirAlive(ufd) {
+			s.fds.up.drop(up, ufd)
+			return -1, nil, false
+		}
+		return -1, err, true
 	}
+	defer unix.Close(dfd)
+	d := &Beneath{fd: dfd, path: filepath.Join(path, sub)}
+	d.noOpenat2.Store(b.noOpenat2.Load())
+	fd, err = d.open(leaf, flags, 0)
 	return fd, err, true
 }
 
