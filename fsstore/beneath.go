@@ -84,6 +84,10 @@ type beneath struct {
 	// trial) refreshes the blob relative to its folder, without walking
 	// the folder's path again (3 lookups on NFS without a lookup cache).
 	blobDirs dirCache
+
+	// up are the folders two levels above the names reads open: a
+	// study's trial folder (upDirs).
+	up upDirs
 }
 
 func (s *Store) openBeneath(rel string, flags int, mode uint32) (int, error) {
@@ -105,6 +109,9 @@ func (s *Store) openName(name string, flags int) (int, error) {
 	dir, leaf := nameDir(name)
 	pfd, ok := s.fds.dirs.take(dir)
 	if !ok {
+		if fd, err, done := s.openNameUp(name, flags); done {
+			return fd, err
+		}
 		return s.openBeneath("names/"+name, flags, 0)
 	}
 	fd, err := openatRetry(pfd, leaf, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -114,6 +121,52 @@ func (s *Store) openName(name string, flags int) (int, error) {
 	}
 	s.fds.dirs.put(dir, pfd)
 	return fd, err
+}
+
+// openNameUp opens name relative to the folder two levels above it
+// (upDirs), following no link in the two components below it
+// (Beneath.open): two lookups where the path has more. done false: the
+// name has no such folder, it cannot be opened, or it was removed; the
+// caller then opens name by its path.
+func (s *Store) openNameUp(name string, flags int) (fd int, err error, done bool) {
+	i := strings.LastIndexByte(name, '/')
+	if i < 0 {
+		return -1, nil, false
+	}
+	j := strings.LastIndexByte(name[:i], '/')
+	if j < 0 {
+		return -1, nil, false
+	}
+	up, rel := "names/"+name[:j], name[j+1:]
+	ufd, ok := s.fds.up.get(up, func() (int, error) { return s.openDir(up, false) })
+	if !ok {
+		return -1, nil, false
+	}
+	// The folder below first, then the leaf in it: the same two lookups
+	// as one open of both, but a leaf found missing (the look for a
+	// next attempt, mostly) is then known missing from a folder found in
+	// the kept one, which was therefore not removed (a removed folder is
+	// empty): no fstat of the kept folder to tell (dirAlive), a GETATTR
+	// on NFS.
+	path := filepath.Join(s.root, filepath.FromSlash(up))
+	b := &Beneath{fd: ufd, path: path}
+	if s.fds.root.noOpenat2.Load() {
+		b.noOpenat2.Store(true)
+	}
+	sub, leaf := rel[:i-j-1], name[i+1:]
+	dfd, err := b.open(sub, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		if goneDir(err) && !dirAlive(ufd) {
+			s.fds.up.drop(up, ufd)
+			return -1, nil, false
+		}
+		return -1, err, true
+	}
+	defer unix.Close(dfd)
+	d := &Beneath{fd: dfd, path: filepath.Join(path, sub)}
+	d.noOpenat2.Store(b.noOpenat2.Load())
+	fd, err = d.open(leaf, flags, 0)
+	return fd, err, true
 }
 
 func (s *Store) openDir(rel string, create bool) (int, error) {

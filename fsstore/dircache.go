@@ -98,3 +98,73 @@ func dirAlive(fd int) bool {
 	}
 	return st.Nlink > 0
 }
+
+// upDirsMax bounds the folders upDirs keeps open (and the ones it set
+// aside as removed): beyond it, reads walk their paths.
+const upDirsMax = 64
+
+// upDirs keeps open, for the Store's life, the folders two levels above
+// the names that reads open (a study's trial folder,
+// names/study/<s>/trial), so that reading or probing another trial's
+// attempt (names/study/<s>/trial/<n>/<a>) looks up two components, not
+// six: each a round trip on NFS without a lookup cache. Bug (issue 18):
+// with 8 processes on internal/slowfs, reading the others' records
+// walked the whole path each time, most of a trial's 125 LOOKUPs.
+//
+// Unlike dirCache, a descriptor here is shared by any number of reads at
+// once (openat on one descriptor is safe from many threads) and is
+// never closed while the Store is open: a folder found removed is set
+// aside (gone) and closed by Store.Close, so a descriptor in use is
+// never closed and its number never reused under a read.
+type upDirs struct {
+	mu   sync.Mutex
+	fds  map[string]int
+	gone []int
+}
+
+// get returns the descriptor of folder rel, opening it with open if it
+// is not kept yet; false if it cannot be opened or kept (the caller then
+// walks the path, which reports why).
+func (c *upDirs) get(rel string, open func() (int, error)) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if fd, ok := c.fds[rel]; ok {
+		return fd, true
+	}
+	if len(c.fds)+len(c.gone) >= upDirsMax {
+		return -1, false
+	}
+	fd, err := open()
+	if err != nil {
+		return -1, false
+	}
+	if c.fds == nil {
+		c.fds = make(map[string]int)
+	}
+	c.fds[rel] = fd
+	return fd, true
+}
+
+// drop sets aside fd, found removed, as the folder rel: the next get
+// opens rel again.
+func (c *upDirs) drop(rel string, fd int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fds[rel] == fd {
+		delete(c.fds, rel)
+		c.gone = append(c.gone, fd)
+	}
+}
+
+// closeAll closes every descriptor; no read may be in flight.
+func (c *upDirs) closeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, fd := range c.fds {
+		unix.Close(fd)
+	}
+	for _, fd := range c.gone {
+		unix.Close(fd)
+	}
+	c.fds, c.gone = nil, nil
+}

@@ -180,6 +180,7 @@ func (s *Store) closeFDs() {
 	}
 	s.fds.dirs.closeAll()
 	s.fds.blobDirs.closeAll()
+	s.fds.up.closeAll()
 }
 
 // readMarker reads soma.json, not through a link.

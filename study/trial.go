@@ -120,13 +120,35 @@ func (s *Study) next(ctx context.Context, who Who, quick bool) (*Run, error) {
 	s.lowFree = max(s.lowFree, low)
 	contended := s.contended
 	s.mu.Unlock()
+	// The first number found taken (a lost claim, or claimNew's look)
+	// says the snapshot is behind the others' claims: one listing of the
+	// trial folder then learns every number taken (learnTaken), where a
+	// look or a claim per number, in turn, cost 179 LOOKUPs a trial with
+	// 8 processes on the slow-filesystem harness (issue 18). Once per
+	// call: a number lost after it was taken since, and is rare.
+	relisted := false
+	taken := func(err error) (again bool, _ error) {
+		if !errors.Is(err, ErrTaken) {
+			return false, err
+		}
+		if !relisted {
+			relisted = true
+			if err := s.learnTaken(ctx, snap); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	}
 	if len(window) > 0 {
 		rest := window
 		if !contended {
 			tried[window[0]] = true
 			run, err := s.claimNew(ctx, window[0], who, h)
-			if err == nil || !errors.Is(err, ErrTaken) {
-				return run, err
+			if err == nil {
+				return run, nil
+			}
+			if again, err := taken(err); !again {
+				return nil, err
 			}
 			// Others claim here too: from now on start spread out.
 			s.mu.Lock()
@@ -137,10 +159,16 @@ func (s *Study) next(ctx context.Context, who Who, quick bool) (*Run, error) {
 		if len(rest) > 0 {
 			for _, i := range rand.Perm(len(rest)) {
 				n := rest[i]
+				if snap.has(n) { // learned taken since the window was made
+					continue
+				}
 				tried[n] = true
 				run, err := s.claimNew(ctx, n, who, h)
-				if err == nil || !errors.Is(err, ErrTaken) {
-					return run, err
+				if err == nil {
+					return run, nil
+				}
+				if again, err := taken(err); !again {
+					return nil, err
 				}
 			}
 		}
@@ -159,8 +187,11 @@ func (s *Study) next(ctx context.Context, who Who, quick bool) (*Run, error) {
 			continue
 		}
 		run, err := s.claimNew(ctx, n, who, h)
-		if err == nil || !errors.Is(err, ErrTaken) {
-			return run, err
+		if err == nil {
+			return run, nil
+		}
+		if again, err := taken(err); !again {
+			return nil, err
 		}
 	}
 	ended, running := snap.ended, 0
@@ -406,6 +437,34 @@ func (s *Study) emptyDigest() fsstore.Digest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.emptyBlob
+}
+
+// learnTaken lists the trial folder once and learns every trial number
+// in it that snap does not have: taken (a number is never given back),
+// so Next skips them without a look or a claim each. What it learns only
+// saves work: the claim (link) still decides who gets a number, and a
+// trial folder whose claim has not landed yet (or never will) is read,
+// and retried if broken, by the next full look, as a listing's are.
+func (s *Study) learnTaken(ctx context.Context, snap *Snapshot) error {
+	kids, err := s.store.Children(ctx, s.names.trials())
+	var ce *fsstore.CorruptError
+	switch {
+	case errors.As(err, &ce):
+		return nil // the folder is not soma's: the looks report it
+	case err != nil:
+		return fmt.Errorf("study %s: %w", s.name, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range kids {
+		if n, ok := parseNumber(k); ok && n < s.limit && !snap.hasLocked(n) {
+			if s.learned == nil {
+				s.learned = make(map[int]bool)
+			}
+			s.learned[n] = true
+		}
+	}
+	return nil
 }
 
 // claimNew claims attempt 0 of trial n with the sampler's point.

@@ -103,6 +103,14 @@ type Options struct {
 	// running program's file even if it is replaced on disk meanwhile.
 	// Required.
 	Guard string
+	// EndsKnown says that StdoutEnd and StderrEnd are the current sizes
+	// of Stdout and Stderr (files), as the caller knows them because
+	// nothing else writes them between runs (soma-trial's per-worker
+	// logs: Result.StdoutEnd of the run before). The run's output starts
+	// there, and no seek asks the file server for the files' ends: a
+	// round trip each on NFS, two per trial (issue 18).
+	EndsKnown            bool
+	StdoutEnd, StderrEnd int64
 }
 
 // StopKind says why a running objective is asked to stop from outside.
@@ -149,6 +157,11 @@ type Result struct {
 	StderrTail string
 	Duration   time.Duration
 	Argv       []string // after substitution
+	// StdoutEnd and StderrEnd are the sizes of Stdout and Stderr (files)
+	// once the objective's tree has exited, as read for the last line
+	// and the stderr tail: where the output ends, for the caller's log
+	// index and the next run's EndsKnown. -1: not a file, or not known.
+	StdoutEnd, StderrEnd int64
 }
 
 // ErrStart means the objective could not be started at all (not found,
@@ -291,8 +304,8 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	// own: no pipe, no goroutine copying, no wakeups; the last line and
 	// the stderr tail are read back from the file's end when it exits.
 	// Another writer gets a pipe and a goroutine copying it.
-	outW, outFile, outStart := direct(o.Stdout, last)
-	errW, errFile, errStart := direct(o.Stderr, tail)
+	outW, outFile, outStart := direct(o.Stdout, last, o.EndsKnown, o.StdoutEnd)
+	errW, errFile, errStart := direct(o.Stderr, tail, o.EndsKnown, o.StderrEnd)
 	var copies sync.WaitGroup
 	var copyFrom []*os.File // the read ends, closed once the run has ended
 	defer func() {
@@ -386,7 +399,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	clean := false
 	defer func() { g.release(clean) }()
 
-	res := Result{Argv: argv, ExitCode: -1}
+	res := Result{Argv: argv, ExitCode: -1, StdoutEnd: -1, StderrEnd: -1}
 	var mu sync.Mutex // guards res.Curve, final, protoErr
 	var final *float64
 	var finalFields []string // the final line's values
@@ -545,11 +558,11 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	// what it left running LeftoverGrace, then SIGTERM, then SIGKILL).
 	<-guardDone
 	if errFile != nil {
-		readTail(errFile, errStart, tail)
+		res.StderrEnd = readTail(errFile, errStart, tail)
 	}
 	res.StderrTail = tail.String()
 	if outFile != nil {
-		readTail(outFile, outStart, last)
+		res.StdoutEnd = readTail(outFile, outStart, last)
 	}
 	if werr.err == nil && werr.ws.Exited() {
 		res.ExitCode = werr.ws.ExitStatus()
@@ -774,10 +787,13 @@ func multi(w io.Writer, extra io.Writer) io.Writer {
 }
 
 // direct returns what the objective writes to: w itself if it is a file
-// (with the file and its current end, where this run's output starts),
-// else w and capture together.
-func direct(w, capture io.Writer) (io.Writer, *os.File, int64) {
+// (with the file and its current end, where this run's output starts:
+// end if known, else asked of the file), else w and capture together.
+func direct(w, capture io.Writer, known bool, end int64) (io.Writer, *os.File, int64) {
 	if f, ok := w.(*os.File); ok {
+		if known && end >= 0 {
+			return f, f, end
+		}
 		if end, err := f.Seek(0, io.SeekEnd); err == nil {
 			return f, f, end
 		}
@@ -791,11 +807,12 @@ var devNullOnce = sync.OnceValues(func() (*os.File, error) { return os.Open(os.D
 func devNull() (*os.File, error) { return devNullOnce() }
 
 // readTail writes what f holds past start, up to its last 8 KiB, to w:
-// enough for the last line (lastLine keeps 4 KiB of one).
-func readTail(f *os.File, start int64, w io.Writer) {
+// enough for the last line (lastLine keeps 4 KiB of one). It returns f's
+// size, -1 if its stat failed.
+func readTail(f *os.File, start int64, w io.Writer) int64 {
 	st, err := f.Stat()
 	if err != nil {
-		return
+		return -1
 	}
 	from := max(start, st.Size()-8192)
 	if n := st.Size() - from; n > 0 {
@@ -812,6 +829,7 @@ func readTail(f *os.File, start int64, w io.Writer) {
 			_, _ = w.Write(b[:k])
 		}
 	}
+	return st.Size()
 }
 
 // lastLine remembers the last non-empty line written to it.

@@ -713,3 +713,43 @@ func TestGuardExitsWithItsCaller(t *testing.T) {
 		t.Errorf("the guard exited with %v, want 0", g.werr)
 	}
 }
+
+// The caller that knows where its log files end (soma-trial's per-worker
+// logs, issue 18: a seek to a file's end is a round trip on NFS) says so,
+// and the run takes its output to start there rather than asking the
+// file; the run's Result says where the output ended, for the next run.
+func TestEndsKnown(t *testing.T) {
+	dir := t.TempDir()
+	open := func(name, earlier string) *os.File {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o666)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		f.WriteString(earlier)
+		return f
+	}
+	// Each file holds a line before the end the caller gives: "0.25"
+	// is the last line of stdout from there, so the score says where the
+	// run started.
+	out := open("out", "0.5\n0.25\n")
+	errf := open("err", "old warning\n")
+	r := run(t, Options{
+		Argv: []string{"/bin/sh", "-c", "echo warn >&2"}, Stdout: out, Stderr: errf,
+		EndsKnown: true, StdoutEnd: 4, StderrEnd: 0,
+	}, nil)
+	if r.Outcome != Done || r.Score != 0.25 {
+		t.Errorf("outcome %s score %v, want done 0.25 (the last line after the known end 4)", r.Outcome, r.Score)
+	}
+	if r.StderrTail != "old warning\nwarn\n" {
+		t.Errorf("stderr tail %q, want %q (from the known end 0)", r.StderrTail, "old warning\nwarn\n")
+	}
+	if r.StdoutEnd != 9 || r.StderrEnd != 17 {
+		t.Errorf("ends stdout %d stderr %d, want 9 17 (the files' sizes)", r.StdoutEnd, r.StderrEnd)
+	}
+	// Without EndsKnown the run starts at the files' ends: no score.
+	r = run(t, Options{Argv: []string{"/bin/true"}, Stdout: out, Stderr: errf}, nil)
+	if r.HasScore || r.StdoutEnd != 9 || r.StderrEnd != 17 {
+		t.Errorf("unknown ends: score %v (has %v), ends %d %d, want no score, ends 9 17", r.Score, r.HasScore, r.StdoutEnd, r.StderrEnd)
+	}
+}

@@ -28,14 +28,14 @@ var (
 	// divided by the difference (so the once-per-run costs, opening the
 	// store and the study, cancel out).
 	trialOps = map[string]float64{
-		"LOOKUP": 14, "GETATTR": 13, "CREATE": 2, "FSYNC": 2, "FSYNCDIR": 2,
+		"LOOKUP": 14, "GETATTR": 7, "CREATE": 2, "FSYNC": 2, "FSYNCDIR": 2,
 		"MKDIR": 2, "OPENDIR": 1, "LINK": 1, "RENAME": 1, "RMDIR": 1,
 		"SETATTR": 1, "UNLINK": 1,
 	}
 	// statusOps is what soma status costs over the study of trialsMore
 	// trials, and statusOpsPerTrial what each trial more adds to it.
-	statusOps         = 795.0
-	statusOpsPerTrial = 18.0
+	statusOps         = 639.0
+	statusOpsPerTrial = 14.0
 )
 
 const trialsFew, trialsMore = 10, 40

@@ -47,9 +47,28 @@ func LogDir(root, studyName string) string { return filepath.Join(root, "logs", 
 // with 8 processes on 2 CPUs; writes per trial 5.2 -> 4.2). Until then
 // FindLog takes the attempt as unended, its output running to the files'
 // ends: the same bytes, as nothing else writes to them meanwhile.
+//
+// The files' ends are kept in the process rather than asked of the file
+// server at each mark (a seek to the end of an O_APPEND file is a
+// GETATTR on NFS): the end of one attempt's output, as the objective
+// package stats it to read the tails (objective.Result.StdoutEnd), is the
+// end mark and the next attempt's start, and objective.Run is told it
+// (Options.EndsKnown). Bug (issue 18): each attempt sought both files'
+// ends four times (start mark, the objective's start, the tails, end
+// mark): 8 of a trial's ~41 file-server operations, where 2 (the stats
+// after the objective, which only the file can answer) suffice. Nothing
+// else writes a worker's files between its attempts: the names carry
+// host, pid and worker, and the objective's whole tree has exited
+// (objective.Run waits for it) before its end is read. A process that
+// escaped the tree and writes later lands in the next attempt's range.
 type workerLog struct {
 	out, err, idx *os.File
 	pend          []byte // the last end mark, not yet written
+	// The files' ends, where known (see above); else the next mark
+	// seeks them. running: an attempt has started and its ends have not
+	// been given (ended) since, so the files may have grown.
+	known, running bool
+	outEnd, errEnd int64
 }
 
 // openWorkerLog opens (making them if new) worker's files in the study's
@@ -72,22 +91,35 @@ func openWorkerLog(dir *fsstore.Beneath, host string, pid, worker int) (*workerL
 }
 
 // mark notes the start ("start") or end ("end") of attempt a of trial n
-// at the files' current ends: a start is written at once, with the end
-// mark before it; an end waits (workerLog).
+// at the files' current ends (as known, else sought): a start is written
+// at once, with the end mark before it; an end waits (workerLog).
 func (l *workerLog) mark(kind string, n, a int) error {
-	outPos, err := l.out.Seek(0, io.SeekEnd)
-	if err != nil {
-		return err
+	if !l.known || l.running {
+		outPos, err := l.out.Seek(0, io.SeekEnd)
+		if err != nil {
+			return err
+		}
+		errPos, err := l.err.Seek(0, io.SeekEnd)
+		if err != nil {
+			return err
+		}
+		l.outEnd, l.errEnd, l.known = outPos, errPos, true
 	}
-	errPos, err := l.err.Seek(0, io.SeekEnd)
-	if err != nil {
-		return err
-	}
-	l.pend = fmt.Appendf(l.pend, "%s %d %d %d %d\n", kind, n, a, outPos, errPos)
+	l.pend = fmt.Appendf(l.pend, "%s %d %d %d %d\n", kind, n, a, l.outEnd, l.errEnd)
+	l.running = kind == "start"
 	if kind == "end" {
 		return nil
 	}
 	return l.flush()
+}
+
+// ended takes the files' ends after an attempt's objective has exited,
+// as objective.Run read them (Result.StdoutEnd, StderrEnd); ok false, or
+// an end not known (-1), leaves them to be sought by the next mark.
+func (l *workerLog) ended(outEnd, errEnd int64, ok bool) {
+	l.outEnd, l.errEnd = outEnd, errEnd
+	l.known = ok && outEnd >= 0 && errEnd >= 0
+	l.running = false
 }
 
 // flush writes the marks not yet written.

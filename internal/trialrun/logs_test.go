@@ -214,3 +214,50 @@ func TestWorkerLogLastEndOnClose(t *testing.T) {
 		t.Fatalf("trial 2: ended %v, stdout [%d, %d), want ended [0, 4)", loc.Ended, loc.OutStart, loc.OutEnd)
 	}
 }
+
+// The ends an attempt's objective left, as objective.Run read them
+// (ended), are its end mark and the next attempt's start, without asking
+// the files again (issue 18: each seek is a round trip on NFS). The ends
+// given are used as they are: a file that grew past them without an
+// attempt (nothing does, but it shows no seek was made) does not move
+// the marks. Given none (ok false), the marks seek.
+func TestWorkerLogKnownEnds(t *testing.T) {
+	root := t.TempDir()
+	wl := newTestWorkerLog(t, LogDir(root, "s"))
+	if err := wl.mark("start", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	wl.out.WriteString("zero\n")
+	wl.ended(5, 0, true)
+	wl.out.WriteString("stray\n") // not seen: the ends are known
+	if err := wl.mark("end", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := wl.mark("start", 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	wl.err.WriteString("one\n")
+	wl.ended(-1, 4, true) // stdout's end unknown: both are sought
+	if err := wl.mark("end", 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := wl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		n                                  int
+		outStart, outEnd, errStart, errEnd int64
+	}{
+		{0, 0, 5, 0, 0},
+		{1, 5, 11, 0, 4},
+	} {
+		loc, ok, err := FindLog(root, "s", c.n, 0)
+		if err != nil || !ok {
+			t.Fatalf("FindLog(%d) = %v, %v", c.n, ok, err)
+		}
+		got := [4]int64{loc.OutStart, loc.OutEnd, loc.ErrStart, loc.ErrEnd}
+		if want := [4]int64{c.outStart, c.outEnd, c.errStart, c.errEnd}; got != want || !loc.Ended {
+			t.Errorf("trial %d: ranges %v ended %v, want %v ended", c.n, got, loc.Ended, want)
+		}
+	}
+}

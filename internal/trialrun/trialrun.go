@@ -791,6 +791,9 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) (record func()
 		Env:        l.env,
 		Stdout:     wl.out,
 		Stderr:     wl.err,
+		EndsKnown:  wl.known,
+		StdoutEnd:  wl.outEnd,
+		StderrEnd:  wl.errEnd,
 		Timeout:    l.o.Timeout,
 		Grace:      l.o.KillGrace,
 		OnReport:   onReport,
@@ -799,6 +802,7 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) (record func()
 		Guard:      l.o.Guard,
 	}, stop)
 	stopBeats()
+	wl.ended(res.StdoutEnd, res.StderrEnd, err == nil)
 	if merr := wl.mark("end", n, a); merr != nil {
 		l.logf("soma-trial: warning: log index: %v (soma logs may show trial %d.%d's output up to a later attempt's)", merr, n, a)
 	}
