@@ -457,7 +457,7 @@ func (s *Study) learnTaken(ctx context.Context, snap *Snapshot) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, k := range kids {
-		if n, ok := parseNumber(k); ok && n < s.limit && !snap.hasLocked(n) {
+		if n, ok := parseNumber(k); ok && n < s.ceil() && !snap.hasLocked(n) {
 			if s.learned == nil {
 				s.learned = make(map[int]bool)
 			}
