@@ -101,7 +101,8 @@ func (s *Store) openBeneath(rel string, flags int, mode uint32) (int, error) {
 // each a round trip on NFS without a lookup cache (measured on
 // internal/slowfs: the look for a retry after each result went from 6
 // LOOKUPs to 1). The leaf is still looked up on the server (an open of a
-// known name, DESIGN.md); a folder removed meanwhile is noticed
+// known name: what another client wrote must be seen, so no name is
+// taken from a cache); a folder removed meanwhile is noticed
 // (dirAlive) and the name is then opened by its path. A link at the leaf
 // is not followed: O_NOFOLLOW (ELOOP, or with O_PATH the link itself, as
 // openBeneath's fallback gives it).

@@ -6,7 +6,7 @@ import (
 )
 
 // fromUnit maps u ∈ [0, 1) to knob i's value as a Point holds it
-// (notes/samplers.md §2.3): uniform on the knob's scale, each grid value
+// (as Optuna 3.1's samplers map a unit cube): uniform on the knob's scale, each grid value
 // of a discrete knob getting an equal share of [0, 1) — except log-int
 // knobs, whose values get ln((v+½)/(v−½)) shares, as Optuna's. No
 // intermediate leaves float64, whatever the range (see lerp).

@@ -9,8 +9,8 @@ import (
 const sobolBits = 30
 
 // sobolDirections holds (s, a, m₁…m_s) for dimensions 2..21 from Joe & Kuo's
-// new-joe-kuo-6.21201 (SIAM J. Sci. Comput. 30(5), 2008; notes/samplers.md
-// §2.1). Dimension 1 has m_k = 1 for all k.
+// new-joe-kuo-6.21201 (SIAM J. Sci. Comput. 30(5), 2008; the file is
+// on web.maths.unsw.edu.au/~fkuo/sobol/). Dimension 1 has m_k = 1 for all k.
 var sobolDirections = [...]struct {
 	s, a uint32
 	m    []uint32

@@ -17,8 +17,8 @@ type TPEOptions struct {
 	Candidates int
 }
 
-// TPE settings from Watanabe 2023 (arXiv 2304.11127; notes/samplers.md
-// §1.7), whose comparison code found them best across benchmarks:
+// TPE settings from Watanabe 2023 (arXiv 2304.11127, its
+// settings table), whose comparison code found them best across benchmarks:
 // multivariate kernels, a linear split with β = 0.15 capped at 25, EI
 // weights for the good group, neighbour bandwidths, and a generalised
 // magic clip σ ≥ max(Δ, (k+2)^−α)·range with Δ = 0.03. α is 1.5, between

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math"
 	"os"
@@ -1140,11 +1141,12 @@ func registryDir(root, studyName string) string {
 	if err != nil {
 		abs = root
 	}
-	h := uint64(14695981039346656037)
-	for _, c := range []byte(abs + "\x00" + studyName) {
-		h = (h ^ uint64(c)) * 1099511628211
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("soma-workers-%016x", h))
+	// FNV-1a, as hash/fnv computes it (it was written out by hand; the
+	// value must not change: processes of one study on a node, of any
+	// soma version, meet in this folder).
+	h := fnv.New64a()
+	h.Write([]byte(abs + "\x00" + studyName))
+	return filepath.Join(os.TempDir(), fmt.Sprintf("soma-workers-%016x", h.Sum64()))
 }
 
 // register adds worker w to the registry (best effort: without it, the
