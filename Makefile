@@ -47,12 +47,12 @@ lint: vet
 	@echo "lint: ok"
 
 race:
-	@set -o pipefail; SOMA_REQUIRE=1 $(GO) test $(TESTFLAGS) -json ./... | $(GO) run ./internal/testsum
+	@set -o pipefail; SOMA_REQUIRE=1 $(GO) test $(TESTFLAGS) -json ./... | $(GO) run ./internal/tools/testsum
 
 # Benchmarks, printed side by side with the bare syscalls and the peers.
 bench:
 	@echo "## fsstore: soma vs the raw syscalls it is built on (last column: ratio of times)"
-	@$(GO) test -run '^$$' -bench . -benchtime 1s ./fsstore/ | $(GO) run ./internal/benchtable
+	@$(GO) test -run '^$$' -bench . -benchtime 1s ./fsstore/ | $(GO) run ./internal/tools/benchtable
 	@for s in scripts/bench-*.sh; do [ -e "$$s" ] && echo && bash "$$s"; done; true
 
 clean:

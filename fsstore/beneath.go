@@ -99,7 +99,7 @@ func (s *Store) openBeneath(rel string, flags int, mode uint32) (int, error) {
 // folder open (dirCache: the running attempt's trial folder), relative to
 // it: one lookup of the leaf instead of one per component of the path,
 // each a round trip on NFS without a lookup cache (measured on
-// internal/slowfs: the look for a retry after each result went from 6
+// internal/tools/slowfs: the look for a retry after each result went from 6
 // LOOKUPs to 1). The leaf is still looked up on the server (an open of a
 // known name: what another client wrote must be seen, so no name is
 // taken from a cache); a folder removed meanwhile is noticed

@@ -108,7 +108,7 @@ const upDirsMax = 64
 // names/study/<s>/trial), so that reading or probing another trial's
 // attempt (names/study/<s>/trial/<n>/<a>) looks up two components, not
 // six: each a round trip on NFS without a lookup cache. Bug (issue 18):
-// with 8 processes on internal/slowfs, reading the others' records
+// with 8 processes on internal/tools/slowfs, reading the others' records
 // walked the whole path each time, most of a trial's 125 LOOKUPs.
 //
 // Unlike dirCache, a descriptor here is shared by any number of reads at

@@ -710,9 +710,9 @@ func (s *Store) Probe(ctx context.Context, name string) (Presence, error) {
 
 // errReplaced means the file a read opened was removed or replaced on the
 // server before the read was done (ESTALE on NFS, where a file handle
-// outlives its file; ENOENT on FUSE loopbacks such as internal/slowfs):
+// outlives its file; ENOENT on FUSE loopbacks such as internal/tools/slowfs):
 // the name was rebound meanwhile, and a new open finds what is bound now.
-// Bug (issue 18, found on internal/slowfs at P=4 and P=8): the error of
+// Bug (issue 18, found on internal/tools/slowfs at P=4 and P=8): the error of
 // the fstat reached the trial loop ("take trial 36: probe
 // study/s/trial/36/0: no such file or directory") and soma-trial exited.
 // A local disk never shows it: an open file stays readable there.

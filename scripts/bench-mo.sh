@@ -3,7 +3,7 @@
 # 30 variables, and f1 = hartmann6(x), f2 = hartmann6(1 − x)) next to
 # Optuna 3.1's NSGAIISampler and multi-objective TPESampler (MOTPE),
 # Debian's python3-optuna: 200 trials, seeds 0..SEEDS-1, median
-# hypervolume of all trials (study/internal/mobench has the problems and
+# hypervolume of all trials (internal/tools/mobench has the problems and
 # reference points). A benchmark, not a test. Optuna's NSGA-II takes a few
 # minutes; its MOTPE takes 2-3 minutes per seed for the three problems on
 # 2 cores, so it runs only when MOTPE=1.
@@ -17,7 +17,7 @@ python=${PYTHON:-/usr/bin/python3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
-go build -o "$tmp/mobench" ./study/internal/mobench
+go build -o "$tmp/mobench" ./internal/tools/mobench
 samplers=nsga2
 [ "${MOTPE:-0}" = 1 ] && samplers=nsga2,motpe
 if "$python" -c 'import optuna, numpy' 2>/dev/null; then

@@ -16,7 +16,7 @@ python=${PYTHON:-/usr/bin/python3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
-go build -o "$tmp/samplerbench" ./study/internal/samplerbench
+go build -o "$tmp/samplerbench" ./internal/tools/samplerbench
 if "$python" -c 'import optuna, numpy' 2>/dev/null; then
 	"$python" scripts/bench_samplers.py --seeds "$seeds" >"$tmp/optuna.jsonl"
 	"$tmp/samplerbench" -seeds "$seeds" -sampler "${SAMPLER:-tpe}" -optuna "$tmp/optuna.jsonl"

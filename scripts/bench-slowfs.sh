@@ -8,7 +8,7 @@
 # file-server operations per trial by kind (the whole run's count divided
 # by N: the once-per-run costs spread over the trials); then the
 # operations of one `soma status` of studies of STATUS_N trials (made by
-# internal/synth/synthstudy), unpacked and packed (as soma gc packs; it
+# internal/tools/synth/synthstudy), unpacked and packed (as soma gc packs; it
 # leaves fewer than 256 ended trials unpacked, so give STATUS_N >= 256).
 #
 #   bash scripts/bench-slowfs.sh                  # N=300, P in 1 4 8, DELAY=1ms, STATUS_N="1000 10000"
@@ -44,7 +44,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$GO" build -o "$top/bin/" ./cmd/soma-trial ./cmd/soma ./internal/benchfloor ./internal/synth/synthstudy
+"$GO" build -o "$top/bin/" ./cmd/soma-trial ./cmd/soma ./internal/tools/benchfloor ./internal/tools/synth/synthstudy
 bash scripts/slowfs.sh start --delay "$DELAY" "$mnt" 2>/dev/null
 backing=$(echo "$SOMA_SLOWFS_STATE"/*/backing)
 counts() { bash scripts/slowfs.sh counts "$mnt" --reset; }
@@ -96,7 +96,7 @@ echo
 "$PYTHON" - "$results" "$N" <<'PY'
 import json, sys
 
-# What internal/slowfs counts as metadata (slowfs.Metadata): the rest are
+# What internal/tools/slowfs counts as metadata (slowfs.Metadata): the rest are
 # data and the requests an NFS client sends without a round trip.
 NOT_META = {"READ", "WRITE", "LSEEK", "IOCTL", "COPY_FILE_RANGE", "FLUSH", "RELEASE", "RELEASEDIR", "FORGET"}
 rows = [json.loads(l) for l in open(sys.argv[1])]

@@ -29,7 +29,7 @@ if [ -z "${SOMA_BENCH_DIR:-}" ]; then
 fi
 mkdir -p "$SOMA_BENCH_DIR"
 trap 'rm -rf $CLEAN' EXIT
-go build -o "$BIN/" ./cmd/soma ./internal/synth/synthstudy
+go build -o "$BIN/" ./cmd/soma ./internal/tools/synth/synthstudy
 
 if ! "$PY" -c 'import optuna, pandas' 2>/dev/null; then
 	echo "bench-status: $PY cannot import optuna and pandas (apt-get install python3-optuna); soma only" >&2

@@ -3,7 +3,7 @@
 # on a shared filesystem, where every create, link, rename, unlink, fsync,
 # readdir, stat, open and mkdir is a round trip to the server (or a wait
 # on it). Counted with strace for one soma-trial process running N trials
-# of /bin/echo, beside the floor (internal/benchfloor: the claim by
+# of /bin/echo, beside the floor (internal/tools/benchfloor: the claim by
 # link(2) and the result by rename(2), each written to a temp file,
 # fsynced and published with the folder fsynced; nothing else). Only
 # calls on files in the benchmark's folder count (the objective's loader
@@ -34,7 +34,7 @@ base=${BENCH_DIR:-${TMPDIR:-/tmp}}
 top=$(mktemp -d "$base/soma-bench-ops.XXXXXX")
 top=$(cd "$top" && pwd -P) # strace prints resolved paths
 trap 'rm -rf "$top"' EXIT
-"$GO" build -o "$top/bin/" ./cmd/soma-trial ./internal/benchfloor
+"$GO" build -o "$top/bin/" ./cmd/soma-trial ./internal/tools/benchfloor
 
 strace -f -y -qq -o "$top/floor.strace" \
     "$top/bin/benchfloor" floor -dir "$top/floor" -n "$N" -p 1 -- /bin/echo 1 >/dev/null 2>&1
@@ -46,7 +46,7 @@ echo "## File-server operations per trial: N=$N trials of /bin/echo 1, one proce
 echo
 "$PYTHON" scripts/bench_trial_ops.py "$top" "$N" "$top/floor.strace" "$top/soma.strace"
 echo
-echo "Floor: one trial's claim (temp file created, written, fsynced; link; folder fsynced) and result (the same, by rename), by internal/benchfloor."
+echo "Floor: one trial's claim (temp file created, written, fsynced; link; folder fsynced) and result (the same, by rename), by internal/tools/benchfloor."
 echo "Counted: system calls on files in the benchmark's folder (strace -f -y), failed ones included. On NFS each file open, create, link, rename, unlink, mkdir, setattr and fsync is a round trip; an open of a folder, or a stat, may be answered from the client's cache."
 echo "setattr: Put of a blob already stored refreshes its time (so that soma gc keeps it until the record that refers to it is bound: fsstore's GC)."
 echo "Above the floor, per trial of soma-trial: the empty curve's blob refreshed at the claim (stat, setattr, relative to its folder held open); the trial's record folder (mkdir, open) and work folder (mkdir; rmdir when left empty); the look for a retry after the result (open, relative to the trial's folder held open; and a stat of that folder when nothing is there, to tell a missing name from a removed folder); the objective's output files (3 stats: one by the objective, two by soma reading their tails); the result's server time (stat). The result's bind reuses the folder the claim opened, and the claim the parent the last claim opened."

@@ -3,7 +3,7 @@
 # processes over one folder on one disk and a shared budget of N trials,
 #   - the floor: the bare syscalls of a trial (fsync'd claim by link(2),
 #     fsync'd rebind by rename(2), one fork+exec of the objective), by
-#     internal/benchfloor;
+#     internal/tools/benchfloor;
 #   - soma-trial, P processes over one study (--sampler random);
 #   - Optuna 3.1 with JournalFileStorage, P processes sharing one journal,
 #     the objective running the same executable with subprocess, and, for
@@ -45,7 +45,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$GO" build -o "$top/bin/" ./cmd/soma-trial ./internal/benchfloor
+"$GO" build -o "$top/bin/" ./cmd/soma-trial ./internal/tools/benchfloor
 bf=$top/bin/benchfloor
 
 optuna=yes

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Optuna 3.1 side of scripts/bench-conditional.sh.
 
-Minimises the conditional objective of study/internal/condbench (momentum
+Minimises the conditional objective of internal/tools/condbench (momentum
 and damp count only under opt = sgd, beta1 and beta2 only under opt =
 adam) with Optuna's TPESampler, written define-by-run (momentum is
 suggested only under sgd),

@@ -4,7 +4,7 @@
 Runs optuna.samplers.TPESampler (defaults; constant_liar=True when
 parallel) on Branin, Hartmann6 and Styblinski-Tang 10-d with the same
 budgets, seeds and parallel simulation as soma's side
-(study/internal/samplerbench), and prints one JSON object per run:
+(internal/tools/samplerbench), and prints one JSON object per run:
 {"func": ..., "mode": ..., "seed": ..., "best": ...}.
 
 Parallel simulation: trial t is asked while trials t-3, t-2, t-1 are still

@@ -1,6 +1,6 @@
 #!/bin/bash
 # slowfs.sh — a slow filesystem at DIR, for measuring soma as if its folder
-# were on NFS (issue 18): a FUSE loopback (internal/slowfs) that waits
+# were on NFS (issue 18): a FUSE loopback (internal/tools/slowfs) that waits
 # DELAY in every metadata operation, lets the kernel cache no name and no
 # attribute (NFS with lookupcache=none,noac), and counts the operations it
 # serves, by kind.
@@ -10,7 +10,7 @@
 #   scripts/slowfs.sh stop DIR                  unmount DIR; deletes what was written on it
 #   scripts/slowfs.sh status DIR                exit 0 if DIR is a running slowfs
 #
-# start builds internal/slowfs/cmd/slowfs, and mounts DIR over a scratch
+# start builds internal/tools/slowfs/cmd/slowfs, and mounts DIR over a scratch
 # folder in the state directory ($SOMA_SLOWFS_STATE, default
 # /var/lib/soma-slowfs, one subfolder per DIR: the binary, the pid file,
 # the control socket, the log and the backing folder). Starting a DIR that
@@ -116,7 +116,7 @@ start() {
 	fi
 	stop "$dir"
 	mkdir -p "$st/backing"
-	"$GO" build -o "$st/slowfs" ./internal/slowfs/cmd/slowfs
+	"$GO" build -o "$st/slowfs" ./internal/tools/slowfs/cmd/slowfs
 	printf '%s\n' "$delay" >"$st/delay"
 	setsid "$st/slowfs" serve -backing "$st/backing" -ctl "$st/ctl" -delay "$delay" "$dir" >"$st/log" 2>&1 </dev/null &
 	echo $! >"$st/pid"

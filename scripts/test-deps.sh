@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 # gcc and libc6-dev: go test -race needs cgo, and worker's tests build an NVML
 # stub with gcc. python3-venv, -pip, -setuptools, -wheel: the env pool tests
-# build venvs and a local wheel offline. fuse3: internal/slowfs's tests and
+# build venvs and a local wheel offline. fuse3: internal/tools/slowfs's tests and
 # scripts/slowfs.sh mount FUSE (by mount(2) as root; fusermount3 is the
 # fallback where mount(2) is refused).
 pkgs=(gcc libc6-dev fuse3 shellcheck python3 python3-venv python3-pip python3-setuptools python3-wheel python3-numpy python3-sklearn python3-optuna python3-pandas python3-zarr chromium)

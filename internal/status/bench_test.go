@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/soma-hpc/soma/fsstore"
-	"github.com/soma-hpc/soma/internal/synth"
+	"github.com/soma-hpc/soma/internal/tools/synth"
 	"github.com/soma-hpc/soma/study"
 )
 

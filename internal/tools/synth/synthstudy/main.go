@@ -1,5 +1,5 @@
 // Command synthstudy writes a large synthetic study into a store, for
-// benchmarks (scripts/bench-status.sh): go run ./internal/synth/synthstudy
+// benchmarks (scripts/bench-status.sh): go run ./internal/tools/synth/synthstudy
 // -root DIR -n 100000 [-pack].
 package main
 
@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
-	"github.com/soma-hpc/soma/internal/synth"
+	"github.com/soma-hpc/soma/internal/tools/synth"
 	"github.com/soma-hpc/soma/study"
 )
 

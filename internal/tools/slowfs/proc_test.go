@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/soma-hpc/soma/internal/slowfs"
 	"github.com/soma-hpc/soma/internal/testutil"
+	"github.com/soma-hpc/soma/internal/tools/slowfs"
 )
 
 // TestClaimTestsOnSlowFS runs the exactly-once and kill -9 tests of
@@ -42,7 +42,7 @@ func TestClaimTestsOnSlowFS(t *testing.T) {
 	} {
 		t.Run(tc.pkg, func(t *testing.T) {
 			exe := filepath.Join(bin, strings.ReplaceAll(tc.pkg, "/", "-")+".test")
-			pkgDir := filepath.Join("..", "..", filepath.FromSlash(tc.pkg))
+			pkgDir := filepath.Join("..", "..", "..", filepath.FromSlash(tc.pkg))
 			if out, err := exec.Command("go", "test", "-c", "-o", exe, "./"+filepath.ToSlash(pkgDir)).CombinedOutput(); err != nil {
 				t.Fatalf("go test -c %s: %v\n%s", tc.pkg, err, out)
 			}

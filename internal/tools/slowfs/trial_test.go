@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/soma-hpc/soma/internal/slowfs"
+	"github.com/soma-hpc/soma/internal/tools/slowfs"
 )
 
 // The file-server operations soma sends, pinned (issue 18): on NFS each
@@ -19,7 +19,7 @@ import (
 // deterministic where a time is not. When a change cuts or adds
 // operations on purpose, run
 //
-//	go test -run TestOpsPinned -v ./internal/slowfs/
+//	go test -run TestOpsPinned -v ./internal/tools/slowfs/
 //
 // and copy the measured table from its log into these.
 var (
@@ -56,7 +56,7 @@ func binaries(t *testing.T) (trial, soma string) {
 		if buildErr != nil {
 			return
 		}
-		out, err := exec.Command("go", "build", "-o", binDir+"/", "../../cmd/soma-trial", "../../cmd/soma").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", binDir+"/", "../../../cmd/soma-trial", "../../../cmd/soma").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

@@ -25,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/soma-hpc/soma/internal/slowfs"
+	"github.com/soma-hpc/soma/internal/tools/slowfs"
 )
 
 func main() {

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/soma-hpc/soma/internal/slowfs"
 	"github.com/soma-hpc/soma/internal/testutil"
+	"github.com/soma-hpc/soma/internal/tools/slowfs"
 )
 
 // mount mounts a slowfs without delay over a fresh backing folder and
