@@ -69,6 +69,7 @@ var roles = map[string]role{
 	"internal/tools/samplerbench":      tool,
 	"internal/tools/condbench":         tool,
 	"internal/tools/mobench":           tool,
+	"internal/tools/benchfn":           tool,
 
 	"internal/testutil":  testSupport,
 	"internal/studytest": testSupport,

@@ -28,22 +28,12 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"slices"
 	"strconv"
 	"time"
 
+	"github.com/soma-hpc/soma/internal/tools/benchfn"
 	"github.com/soma-hpc/soma/study"
 )
-
-// braninMin is Branin's minimum, 5/(4π) (at (−π, 12.275), (π, 2.275) and
-// (9.42478, 2.475)).
-const braninMin = 5 / (4 * math.Pi)
-
-func branin(x0, x1 float64) float64 {
-	b, c, r, t := 5.1/(4*math.Pi*math.Pi), 5/math.Pi, 6.0, 1/(8*math.Pi)
-	d := x1 - b*x0*x0 + c*x0 - r
-	return d*d + 10*(1-t)*math.Cos(x0) + 10
-}
 
 func objective(p map[string]string) (float64, error) {
 	num := func(k string) (float64, error) {
@@ -61,7 +51,7 @@ func objective(p map[string]string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	s := (branin(x0, x1) - braninMin) / 10
+	s := (benchfn.Branin(x0, x1) - benchfn.BraninMin) / 10
 	// Each branch has two knobs of its own, which matter only there.
 	knobs, centre, offset := []string{"momentum", "damp"}, []float64{0.83, 0.3}, 0.0
 	if p["opt"] != "sgd" {
@@ -121,26 +111,6 @@ func run(conditional bool, seed uint64, trials int) (float64, error) {
 	return best, nil
 }
 
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
-}
-
-func fmtNaN(x float64) string {
-	if math.IsNaN(x) {
-		return "n/a"
-	}
-	return fmt.Sprintf("%.4f", x)
-}
-
 func main() {
 	seeds := flag.Int("seeds", 30, "seeds (0..seeds-1)")
 	trials := flag.Int("trials", 100, "trials per run")
@@ -180,14 +150,14 @@ func main() {
 			}
 			bests = append(bests, b)
 		}
-		med[cond] = median(bests)
+		med[cond] = benchfn.Median(bests)
 	}
 	fmt.Printf("conditional knobs: momentum and damp count only under sgd, beta1 and beta2 only under adam; %d trials, seeds 0..%d; median best value (lower is better; optimum 0)\n\n", *trials, *seeds-1)
 	fmt.Println("| sampler | median best |")
 	fmt.Println("|---|---:|")
 	fmt.Printf("| soma tpe, conditional knobs | %.4f |\n", med[true])
 	fmt.Printf("| soma tpe, knobs unconditional (ignored off their branch) | %.4f |\n", med[false])
-	fmt.Printf("| Optuna 3.1 TPESampler (default, define-by-run) | %s |\n", fmtNaN(median(opt["independent"])))
-	fmt.Printf("| Optuna 3.1 TPESampler(multivariate=True, group=True) | %s |\n", fmtNaN(median(opt["group"])))
+	fmt.Printf("| Optuna 3.1 TPESampler (default, define-by-run) | %s |\n", benchfn.Format("%.4f", benchfn.Median(opt["independent"])))
+	fmt.Printf("| Optuna 3.1 TPESampler(multivariate=True, group=True) | %s |\n", benchfn.Format("%.4f", benchfn.Median(opt["group"])))
 	fmt.Fprintf(os.Stderr, "soma side took %v\n", time.Since(start).Round(time.Millisecond))
 }

@@ -20,31 +20,11 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"slices"
 	"time"
 
+	"github.com/soma-hpc/soma/internal/tools/benchfn"
 	"github.com/soma-hpc/soma/study"
 )
-
-var (
-	hartA = [4][6]float64{{10, 3, 17, 3.5, 1.7, 8}, {0.05, 10, 17, 0.1, 8, 14}, {3, 3.5, 1.7, 10, 17, 8}, {17, 8, 0.05, 10, 0.1, 14}}
-	hartP = [4][6]float64{{1312, 1696, 5569, 124, 8283, 5886}, {2329, 4135, 8307, 3736, 1004, 9991},
-		{2348, 1451, 3522, 2883, 3047, 6650}, {4047, 8828, 8732, 5743, 1091, 381}}
-	hartAlpha = [4]float64{1, 1.2, 3, 3.2}
-)
-
-func hartmann6(x []float64) float64 {
-	s := 0.0
-	for i := range 4 {
-		e := 0.0
-		for j := range 6 {
-			d := x[j] - 1e-4*hartP[i][j]
-			e += hartA[i][j] * d * d
-		}
-		s += hartAlpha[i] * math.Exp(-e)
-	}
-	return -s
-}
 
 func zdt(x []float64, two bool) []float64 {
 	g := 0.0
@@ -75,7 +55,7 @@ func problems() []problem {
 			for i, v := range x {
 				y[i] = 1 - v
 			}
-			return []float64{hartmann6(x), hartmann6(y)}
+			return []float64{benchfn.Hartmann6(x), benchfn.Hartmann6(y)}
 		}, []float64{0, 0}},
 	}
 }
@@ -113,26 +93,6 @@ func run(p problem, sampler string, seed uint64, trials int) (float64, error) {
 		h.Trials = append(h.Trials, study.Trial{Number: t, State: study.StateDone, Point: pt, Score: sc[0], HasScore: true, Scores: sc, LastStep: -1})
 	}
 	return study.Hypervolume(pts, dirs, p.ref), nil
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
-}
-
-func fmtNaN(x float64) string {
-	if math.IsNaN(x) {
-		return "n/a"
-	}
-	return fmt.Sprintf("%.4f", x)
 }
 
 func main() {
@@ -178,10 +138,10 @@ func main() {
 				}
 				hvs = append(hvs, hv)
 			}
-			med[sm] = median(hvs)
+			med[sm] = benchfn.Median(hvs)
 		}
 		fmt.Printf("| %s | %.4f | %.4f | %s | %s |\n", p.name, med["nsga2"], med["random"],
-			fmtNaN(median(opt[p.name+"/nsga2"])), fmtNaN(median(opt[p.name+"/motpe"])))
+			benchfn.Format("%.4f", benchfn.Median(opt[p.name+"/nsga2"])), benchfn.Format("%.4f", benchfn.Median(opt[p.name+"/motpe"])))
 	}
 	fmt.Fprintf(os.Stderr, "soma side took %v\n", time.Since(start).Round(time.Millisecond))
 }

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/soma-hpc/soma/internal/tools/benchfn"
 	"github.com/soma-hpc/soma/study"
 )
 
@@ -31,32 +32,6 @@ type testFunc struct {
 	high    []float64
 	f       func(x []float64) float64
 	optimum float64
-}
-
-func branin(x []float64) float64 {
-	b, c, r, t := 5.1/(4*math.Pi*math.Pi), 5/math.Pi, 6.0, 1/(8*math.Pi)
-	d := x[1] - b*x[0]*x[0] + c*x[0] - r
-	return d*d + 10*(1-t)*math.Cos(x[0]) + 10
-}
-
-var (
-	hartA = [4][6]float64{{10, 3, 17, 3.5, 1.7, 8}, {0.05, 10, 17, 0.1, 8, 14}, {3, 3.5, 1.7, 10, 17, 8}, {17, 8, 0.05, 10, 0.1, 14}}
-	hartP = [4][6]float64{{1312, 1696, 5569, 124, 8283, 5886}, {2329, 4135, 8307, 3736, 1004, 9991},
-		{2348, 1451, 3522, 2883, 3047, 6650}, {4047, 8828, 8732, 5743, 1091, 381}}
-	hartAlpha = [4]float64{1, 1.2, 3, 3.2}
-)
-
-func hartmann6(x []float64) float64 {
-	s := 0.0
-	for i := range 4 {
-		e := 0.0
-		for j := range 6 {
-			d := x[j] - 1e-4*hartP[i][j]
-			e += hartA[i][j] * d * d
-		}
-		s += hartAlpha[i] * math.Exp(-e)
-	}
-	return -s
 }
 
 func styblinskiTang(x []float64) float64 {
@@ -76,8 +51,8 @@ func funcs() []testFunc {
 		return out
 	}
 	return []testFunc{
-		{"branin", []float64{-5, 0}, []float64{10, 15}, branin, 5 / (4 * math.Pi)},
-		{"hartmann6", rep(0, 6), rep(1, 6), hartmann6, -3.32237},
+		{"branin", []float64{-5, 0}, []float64{10, 15}, func(x []float64) float64 { return benchfn.Branin(x[0], x[1]) }, benchfn.BraninMin},
+		{"hartmann6", rep(0, 6), rep(1, 6), benchfn.Hartmann6, -3.32237},
 		{"styblinski_tang10", rep(-5, 10), rep(5, 10), styblinskiTang, -39.166166 * 10},
 	}
 }
@@ -128,19 +103,6 @@ type optunaResult struct {
 	Mode string  `json:"mode"`
 	Seed int     `json:"seed"`
 	Best float64 `json:"best"`
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }
 
 func main() {
@@ -194,15 +156,15 @@ func main() {
 				}
 				bests = append(bests, b)
 			}
-			m := median(bests)
+			m := benchfn.Median(bests)
 			med["soma/"+mode.name] = m
-			om := median(opt[tf.name+"/"+mode.name])
+			om := benchfn.Median(opt[tf.name+"/"+mode.name])
 			med["optuna/"+mode.name] = om
-			fmt.Printf("| %s | %s | %.4f | %s | %.4f |\n", tf.name, mode.name, m, fmtNaN("%.4f", om), tf.optimum)
+			fmt.Printf("| %s | %s | %.4f | %s | %.4f |\n", tf.name, mode.name, m, benchfn.Format("%.4f", om), tf.optimum)
 		}
 		pens = append(pens, pen{tf.name,
 			fmt.Sprintf("%+.4f", med["soma/parallel4"]-med["soma/sequential"]),
-			fmtNaN("%+.4f", med["optuna/parallel4"]-med["optuna/sequential"])})
+			benchfn.Format("%+.4f", med["optuna/parallel4"]-med["optuna/sequential"])})
 	}
 	fmt.Println()
 	fmt.Println("| function | soma parallel penalty | optuna parallel penalty |")
@@ -211,12 +173,4 @@ func main() {
 		fmt.Printf("| %s | %s | %s |\n", p.name, p.soma, p.optuna)
 	}
 	fmt.Fprintf(os.Stderr, "soma side took %v\n", time.Since(start).Round(time.Millisecond))
-}
-
-// fmtNaN formats x, or "n/a" when there is no Optuna result.
-func fmtNaN(format string, x float64) string {
-	if math.IsNaN(x) {
-		return "n/a"
-	}
-	return fmt.Sprintf(format, x)
 }
