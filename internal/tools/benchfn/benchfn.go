@@ -6,8 +6,11 @@
 package benchfn
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 )
 
@@ -65,4 +68,30 @@ func Format(format string, x float64) string {
 		return "n/a"
 	}
 	return fmt.Sprintf(format, x)
+}
+
+// ReadLines reads the peer's results, one JSON object per line (what
+// scripts/bench_*.py print), calling add for each. A path of "" reads
+// nothing: the peer was not run.
+func ReadLines[T any](path string, add func(T)) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r T
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		add(r)
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }

@@ -2,6 +2,9 @@ package benchfn
 
 import (
 	"math"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -26,5 +29,26 @@ func TestFunctions(t *testing.T) {
 	}
 	if !math.IsNaN(Median(nil)) || Format("%.2f", math.NaN()) != "n/a" || Format("%.2f", 1) != "1.00" {
 		t.Error("Median(nil) or Format is wrong")
+	}
+}
+
+// The peer's JSON lines are read whole; a bad line names the file.
+func TestReadLines(t *testing.T) {
+	type row struct {
+		Mode string  `json:"mode"`
+		Best float64 `json:"best"`
+	}
+	p := filepath.Join(t.TempDir(), "optuna.jsonl")
+	os.WriteFile(p, []byte(`{"mode":"a","best":1.5}`+"\n"+`{"mode":"b","best":2}`+"\n"), 0o644)
+	var got []row
+	if err := ReadLines(p, func(r row) { got = append(got, r) }); err != nil || len(got) != 2 || got[1].Best != 2 {
+		t.Errorf("ReadLines = %+v, %v", got, err)
+	}
+	if err := ReadLines("", func(row) { t.Error("read from no file") }); err != nil {
+		t.Error(err)
+	}
+	os.WriteFile(p, []byte("{not json\n"), 0o644)
+	if err := ReadLines(p, func(row) {}); err == nil || !strings.Contains(err.Error(), p) {
+		t.Errorf("a bad line: %v, want an error naming %s", err, p)
 	}
 }

@@ -22,8 +22,6 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"math"
@@ -111,6 +109,12 @@ func run(conditional bool, seed uint64, trials int) (float64, error) {
 	return best, nil
 }
 
+// optunaResult is one line of scripts/bench_conditional.py.
+type optunaResult struct {
+	Mode string  `json:"mode"`
+	Best float64 `json:"best"`
+}
+
 func main() {
 	seeds := flag.Int("seeds", 30, "seeds (0..seeds-1)")
 	trials := flag.Int("trials", 100, "trials per run")
@@ -118,25 +122,9 @@ func main() {
 	flag.Parse()
 
 	opt := map[string][]float64{}
-	if *optunaFile != "" {
-		f, err := os.Open(*optunaFile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			var r struct {
-				Mode string  `json:"mode"`
-				Best float64 `json:"best"`
-			}
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				fmt.Fprintf(os.Stderr, "condbench: %s: %v\n", *optunaFile, err)
-				os.Exit(1)
-			}
-			opt[r.Mode] = append(opt[r.Mode], r.Best)
-		}
-		f.Close()
+	if err := benchfn.ReadLines(*optunaFile, func(r optunaResult) { opt[r.Mode] = append(opt[r.Mode], r.Best) }); err != nil {
+		fmt.Fprintf(os.Stderr, "condbench: %v\n", err)
+		os.Exit(1)
 	}
 	start := time.Now()
 	med := map[bool]float64{}

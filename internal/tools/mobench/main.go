@@ -14,8 +14,6 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"math"
@@ -95,32 +93,22 @@ func run(p problem, sampler string, seed uint64, trials int) (float64, error) {
 	return study.Hypervolume(pts, dirs, p.ref), nil
 }
 
+// optunaResult is one line of scripts/bench_mo.py.
+type optunaResult struct {
+	Func    string  `json:"func"`
+	Sampler string  `json:"sampler"`
+	HV      float64 `json:"hv"`
+}
+
 func main() {
 	seeds := flag.Int("seeds", 20, "seeds (0..seeds-1)")
 	trials := flag.Int("trials", 200, "trials per run")
 	optunaFile := flag.String("optuna", "", "JSON lines from scripts/bench_mo.py")
 	flag.Parse()
 	opt := map[string][]float64{}
-	if *optunaFile != "" {
-		f, err := os.Open(*optunaFile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			var r struct {
-				Func    string  `json:"func"`
-				Sampler string  `json:"sampler"`
-				HV      float64 `json:"hv"`
-			}
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				fmt.Fprintf(os.Stderr, "mobench: %s: %v\n", *optunaFile, err)
-				os.Exit(1)
-			}
-			opt[r.Func+"/"+r.Sampler] = append(opt[r.Func+"/"+r.Sampler], r.HV)
-		}
-		f.Close()
+	if err := benchfn.ReadLines(*optunaFile, func(r optunaResult) { opt[r.Func+"/"+r.Sampler] = append(opt[r.Func+"/"+r.Sampler], r.HV) }); err != nil {
+		fmt.Fprintf(os.Stderr, "mobench: %v\n", err)
+		os.Exit(1)
 	}
 	start := time.Now()
 	fmt.Printf("two objectives, %d trials, seeds 0..%d: median hypervolume of all trials (higher is better)\n\n", *trials, *seeds-1)

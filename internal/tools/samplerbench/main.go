@@ -11,8 +11,6 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"math"
@@ -114,22 +112,9 @@ func main() {
 	flag.Parse()
 
 	opt := map[string][]float64{}
-	if *optunaFile != "" {
-		f, err := os.Open(*optunaFile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			var r optunaResult
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				fmt.Fprintf(os.Stderr, "samplerbench: %s: %v\n", *optunaFile, err)
-				os.Exit(1)
-			}
-			opt[r.Func+"/"+r.Mode] = append(opt[r.Func+"/"+r.Mode], r.Best)
-		}
-		f.Close()
+	if err := benchfn.ReadLines(*optunaFile, func(r optunaResult) { opt[r.Func+"/"+r.Mode] = append(opt[r.Func+"/"+r.Mode], r.Best) }); err != nil {
+		fmt.Fprintf(os.Stderr, "samplerbench: %v\n", err)
+		os.Exit(1)
 	}
 	start := time.Now()
 	fmt.Printf("soma sampler %s vs Optuna %s TPESampler; %d trials, seeds 0..%d; median best value (lower is better)\n\n",
