@@ -5,8 +5,10 @@
 # soma-trial, side by side, in ROUNDS alternating rounds (median shown).
 #   stream  each report written to fd 3, no verdict read (os.write per step)
 #   helper  soma_report.report(): waits for each step's verdict on fd 4
-#   nowait  soma_report.report(..., wait=False): writes its reports and reads
-#           the verdicts that came, every 64 reports or 10 ms
+#   nowait  soma_report.report(..., wait=False): sends its reports as one
+#           binary batch line, and reads the verdicts that came, every 10 ms
+# "alone" is the same loop without any report call (mode none): what
+# reporting adds is measured against the loop that does not report.
 # "under soma" is the trial's own time as soma-trial logs it (objective
 # start to exit); the last column counts the steps in the curve blob of
 # the ended record (must be N).
@@ -33,13 +35,13 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 echo "## reports: a training loop of N=$N steps (WORK=$WORK), reporting every step, alone vs under soma-trial ($(nproc) CPUs)"
 echo
-echo "| mode | alone (s) | under soma-trial (s) | added | steps in the curve blob |"
+echo "| mode | alone, no report call (s) | under soma-trial (s) | added | steps in the curve blob |"
 echo "|---|---|---|---|---|"
 for mode in $MODES; do
     alone=() soma=() steps=
     for r in $(seq "$ROUNDS"); do
         t0=$(date +%s.%N)
-        PYTHONPATH="$top" "${obj[@]}" "$mode" >/dev/null
+        PYTHONPATH="$top" "${obj[@]}" none >/dev/null
         alone+=("$(echo "$(date +%s.%N) - $t0" | bc)")
         root=$top/root-$mode-$r
         log=$("$top/bin/soma-trial" --root "$root" --study s --param x=float:0:1 --sampler random --budget 1 -- "${obj[@]}" "$mode" 2>&1)

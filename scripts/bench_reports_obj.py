@@ -3,8 +3,10 @@ each doing WORK iterations of arithmetic (the "training") and reporting
 its value. MODE "stream" writes each report to fd $SOMA_REPORT_FD and
 never reads a verdict; "helper" uses soma_report.report(), which waits
 for each verdict; "nowait" uses report(..., wait=False), which reads
-the verdicts that have come without waiting. Run alone (no SOMA_REPORT_FD), it reports nothing:
-what the training loop costs by itself.
+the verdicts that have come without waiting; "none" does not report at
+all: what the training loop costs by itself, the bench's baseline (the
+other modes run without SOMA_REPORT_FD still call report(), which then
+costs its own do-nothing call: not a baseline).
 
     python3 bench_reports_obj.py N WORK MODE
 """
@@ -26,6 +28,8 @@ for i in range(n):
     elif mode == "nowait":
         if report(i, v, wait=False):
             break
+    elif mode == "none":
+        pass
     elif fd:
         os.write(int(fd), b"report %d %r\n" % (i, v))
 final(x)

@@ -452,7 +452,9 @@ type curveBlob struct {
 // flush of the record and at Finish (issue 13, item 8). A value that is
 // not finite gets Marshal's own error.
 func encodeCurve(curve []Step, reason string) ([]byte, error) {
-	b := make([]byte, 0, 32+len(reason)+len(curve)*40)
+	// 48 bytes a step: {"step":123456,"value":0.0000033333333333333335}
+	// is 47; 40 made every long curve's buffer grow (copied) once more.
+	b := make([]byte, 0, 32+len(reason)+len(curve)*48)
 	b = append(b, `{"v":`...)
 	b = strconv.AppendInt(b, RecordVersion, 10)
 	b = append(b, `,"curve":[`...)

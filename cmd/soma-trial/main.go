@@ -70,7 +70,9 @@ and after each report reads "continue" or "prune" on fd 4
 ($SOMA_CONTROL_FD). Python: "from soma_report import report, final"
 works as is (soma-trial puts the helper on PYTHONPATH); a loop that
 reports every step can call report(step, value, wait=False), which does
-not wait for the verdict (it returns True a few steps after a prune). A program that
+not wait for the verdict (it returns True up to 10 ms after a prune; it
+sends its reports in batches, "reports <steps> <values>": the base64 of
+n little-endian int64 steps, then of their float64 values, one verdict). A program that
 does none of this just prints its score as the last line of stdout.
 A non-zero exit, no score, or NaN fails the trial (stderr's tail is kept).
 

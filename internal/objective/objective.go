@@ -17,7 +17,10 @@
 //     and "final <score>"; after each report, one line "continue" or
 //     "prune" is written to fd $SOMA_CONTROL_FD (4) for it to read (once
 //     pruned, every later report gets "prune"; verdicts that no longer
-//     fit in the pipe because it never reads them are dropped).
+//     fit in the pipe because it never reads them are dropped). Several
+//     reports may go as one line, "reports <steps> <values>" (the base64
+//     of n little-endian int64 steps, then of their n float64 values),
+//     answered by one verdict.
 //   - Without a "final" line, the last non-empty line of stdout must be the
 //     score: a number alone on the line (for example "0.9312"). A study
 //     with several objectives (Options.Metrics) takes one score per
@@ -37,6 +40,8 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -407,7 +412,12 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	pruneAt := make(chan int64, 1)
 	pruned := false
 	var answers []byte // verdicts not written yet (watch's goroutine only)
+	var onBatch func(string)
 	onLine := func(text string) {
+		if strings.HasPrefix(text, "reports ") {
+			onBatch(text)
+			return
+		}
 		kind, step, val, err := parseLine(text)
 		mu.Lock()
 		switch {
@@ -438,6 +448,35 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 			verdict = "prune\n"
 		}
 		answers = append(answers, verdict...)
+	}
+	// A "reports" line (report(..., wait=False)'s batch) is judged step
+	// by step and answered once: "prune" if any of its steps pruned.
+	onBatch = func(text string) {
+		steps, err := parseBatch(text)
+		mu.Lock()
+		if err != nil {
+			if protoErr == "" {
+				protoErr = err.Error()
+			}
+			mu.Unlock()
+			return
+		}
+		res.Curve = append(res.Curve, steps...)
+		mu.Unlock()
+		for _, st := range steps {
+			if pruned || o.OnReport == nil {
+				break
+			}
+			if o.OnReport(st.Step, st.Value) {
+				pruned = true
+				pruneAt <- st.Step
+			}
+		}
+		if pruned {
+			answers = append(answers, "prune\n"...)
+		} else {
+			answers = append(answers, "continue\n"...)
+		}
 	}
 	// The verdicts of one read's reports, written together (watch).
 	answer := func() {
@@ -733,7 +772,38 @@ func parseLine(s string) (kind string, step int64, val float64, err error) {
 	case len(f) == 0:
 		return "", 0, 0, nil
 	}
-	return "", 0, 0, fmt.Errorf("%q: want \"report <step> <value>\" or \"final <score>\"", truncate(s, 80))
+	return "", 0, 0, fmt.Errorf("%q: want \"report <step> <value>\", \"reports <steps> <values>\" or \"final <score>\"", truncate(s, 80))
+}
+
+// parseBatch reads a "reports <steps> <values>" line: the standard
+// base64 of n little-endian int64 steps, then of their n little-endian
+// float64 values (soma_report's report(..., wait=False) sends its held
+// reports so: a float's text per step cost a fast Python loop more than
+// its step, issue 13 item 8).
+func parseBatch(s string) ([]Step, error) {
+	f := strings.Fields(s)
+	if len(f) != 3 || f[0] != "reports" {
+		return nil, fmt.Errorf("%q: want \"reports <steps> <values>\" (two base64 fields)", truncate(s, 80))
+	}
+	steps, err := base64.StdEncoding.DecodeString(f[1])
+	if err != nil {
+		return nil, fmt.Errorf("%q: the steps are not base64: %v", truncate(s, 80), err)
+	}
+	vals, err := base64.StdEncoding.DecodeString(f[2])
+	if err != nil {
+		return nil, fmt.Errorf("%q: the values are not base64: %v", truncate(s, 80), err)
+	}
+	if len(steps)%8 != 0 || len(steps) != len(vals) {
+		return nil, fmt.Errorf("%q: %d bytes of steps and %d of values, want 8 bytes each for the same number of reports", truncate(s, 80), len(steps), len(vals))
+	}
+	out := make([]Step, len(steps)/8)
+	for i := range out {
+		out[i] = Step{
+			Step:  int64(binary.LittleEndian.Uint64(steps[8*i:])),
+			Value: math.Float64frombits(binary.LittleEndian.Uint64(vals[8*i:])),
+		}
+	}
+	return out, nil
 }
 
 // notNumber says why strconv.ParseFloat refused a score: "1e400" is a

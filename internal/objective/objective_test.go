@@ -183,10 +183,10 @@ func TestPruneStopsEarly(t *testing.T) {
 		}
 	})
 	t.Run("reports held back by wait=False all arrive", func(t *testing.T) {
-		// report(..., wait=False) writes its reports every 64 reports or
-		// 10 ms (issue 13: a write(2) per step cost a fast loop more than
-		// the step); those still held when the loop ends are written at
-		// final() or, without one, at the interpreter's exit.
+		// report(..., wait=False) sends its reports in a batch every 10 ms
+		// (issue 13: a write(2) per step cost a fast loop more than the
+		// step); those still held when the loop ends are sent at final()
+		// or, without one, at the interpreter's exit.
 		for _, end := range []string{"final(0.5)\n", "print('no final')\n"} {
 			body := "for i in range(1000):\n  report(i, 1.0/(i+1), wait=False)\n" + end
 			r := run(t, Options{Argv: py(t, body), OnReport: func(int64, float64) bool { return false }}, nil)
