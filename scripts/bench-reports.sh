@@ -35,14 +35,15 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 echo "## reports: a training loop of N=$N steps (WORK=$WORK), reporting every step, alone vs under soma-trial ($(nproc) CPUs)"
 echo
-echo "| mode | alone, no report call (s) | under soma-trial (s) | added | steps in the curve blob |"
+echo "| mode | alone, no report call: wall / objective CPU (s) | under soma-trial: wall / objective CPU (s) | added: wall / CPU | steps in the curve blob |"
 echo "|---|---|---|---|---|"
 for mode in $MODES; do
-    alone=() soma=() steps=
+    alone=() soma=() acpu=() scpu=() steps=
     for r in $(seq "$ROUNDS"); do
         t0=$(date +%s.%N)
-        PYTHONPATH="$top" "${obj[@]}" none >/dev/null
+        c=$(PYTHONPATH="$top" "${obj[@]}" none 2>&1 >/dev/null | sed -n 's/^cpu //p')
         alone+=("$(echo "$(date +%s.%N) - $t0" | bc)")
+        acpu+=("$c")
         root=$top/root-$mode-$r
         log=$("$top/bin/soma-trial" --root "$root" --study s --param x=float:0:1 --sampler random --budget 1 -- "${obj[@]}" "$mode" 2>&1)
         # "trial 0 x=... done score ... (2.654s)" or "(850ms)"
@@ -50,6 +51,7 @@ for mode in $MODES; do
         [ -n "$d" ] || { echo "bench-reports: no trial line in soma-trial's output:" >&2; echo "$log" >&2; exit 1; }
         set -- $d
         if [ "$2" = ms ]; then soma+=("$(echo "$1 / 1000" | bc -l)"); else soma+=("$1"); fi
+        scpu+=("$(cat "$root"/logs/s/*.err | sed -n 's/^cpu //p' | tail -1)")
         steps=$("$PYTHON" - "$root" <<'PY'
 import glob, json, os, sys
 n = 0
@@ -68,7 +70,10 @@ PY
     done
     a=$(printf '%s\n' "${alone[@]}" | median)
     s=$(printf '%s\n' "${soma[@]}" | median)
-    printf '| %s | %.2f | %.2f | %+.0f%% | %s |\n' "$mode" "$a" "$s" "$(echo "($s / $a - 1) * 100" | bc -l)" "$steps"
+    ac=$(printf '%s\n' "${acpu[@]}" | median)
+    sc=$(printf '%s\n' "${scpu[@]}" | median)
+    printf '| %s | %.2f / %.2f | %.2f / %.2f | %+.0f%% / %+.0f%% | %s |\n' "$mode" "$a" "$ac" "$s" "$sc" \
+        "$(echo "($s / $a - 1) * 100" | bc -l)" "$(echo "($sc / $ac - 1) * 100" | bc -l)" "$steps"
 done
 echo
 echo "Goal (issue 13): under 5% added for 100k reports, and every step in the blob."

@@ -9,8 +9,11 @@ other modes run without SOMA_REPORT_FD still call report(), which then
 costs its own do-nothing call: not a baseline).
 
     python3 bench_reports_obj.py N WORK MODE
+
+It prints its own CPU time on stderr at the end: "cpu <seconds>".
 """
 import os
+import resource
 import sys
 
 from soma_report import report, final
@@ -33,3 +36,7 @@ for i in range(n):
     elif fd:
         os.write(int(fd), b"report %d %r\n" % (i, v))
 final(x)
+# The objective's own CPU time (user+sys), which a noisy machine's other
+# load does not add to: the bench's steadier column.
+ru = resource.getrusage(resource.RUSAGE_SELF)
+print("cpu %.4f" % (ru.ru_utime + ru.ru_stime), file=sys.stderr)

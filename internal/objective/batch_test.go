@@ -119,3 +119,19 @@ func TestBatchBadLineIsAProtocolError(t *testing.T) {
 		t.Fatalf("outcome %s (%s), want failed naming the bad batch", r.Outcome, r.Reason)
 	}
 }
+
+// LastStepOnly (soma-trial keeps the curve in its study run) keeps the
+// last report only, from lines and batches alike; a pruned trial's score
+// is still that last value.
+func TestLastStepOnly(t *testing.T) {
+	body := "for i in range(5000):\n  report(i, 1.0/(i+1), wait=False)\nreport(5000, 0.125)\nreport(5001, 0.0625, wait=False)\nfinal(1)\n"
+	r := run(t, Options{Argv: py(t, body), LastStepOnly: true, OnReport: func(int64, float64) bool { return false }}, nil)
+	if r.Outcome != Done || len(r.Curve) != 1 || r.Curve[0] != (Step{5001, 0.0625}) {
+		t.Fatalf("outcome %s, curve %v, want done with only {5001 0.0625}", r.Outcome, r.Curve)
+	}
+	body = "i = 0\nwhile not report(i, 0.5 + i, wait=False):\n  i += 1\n"
+	r = run(t, Options{Argv: py(t, body), LastStepOnly: true, Grace: 10e9, OnReport: func(step int64, _ float64) bool { return step == 300 }}, nil)
+	if r.Outcome != Pruned || len(r.Curve) != 1 || r.Score != r.Curve[0].Value || r.Score < 300.5 {
+		t.Fatalf("outcome %s, score %v, curve %v, want pruned with the last value reported as its score", r.Outcome, r.Score, r.Curve)
+	}
+}

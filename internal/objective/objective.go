@@ -94,6 +94,11 @@ type Options struct {
 	// OnReport is called for each intermediate value, in order; it returns
 	// whether to prune. May be nil.
 	OnReport func(step int64, value float64) (prune bool)
+	// LastStepOnly keeps only the last report in Result.Curve: for a
+	// caller that keeps the curve itself through OnReport (soma-trial's
+	// study run). A second copy of a 100k-step curve, grown by append,
+	// page-faulted in ~2000 fresh pages of soma-trial's memory.
+	LastStepOnly bool
 	// PythonPath, if set, is prepended to PYTHONPATH (where soma_report.py is).
 	PythonPath string
 	// Metrics names the objectives of a study with several (two or
@@ -154,8 +159,8 @@ type Result struct {
 	// Scores holds one score per metric when Options.Metrics has several
 	// (Done only); Score is then Scores[0].
 	Scores   []float64
-	Curve    []Step
-	PrunedAt int64 // the step at which it was pruned
+	Curve    []Step // the reports, in order (Options.LastStepOnly: the last one)
+	PrunedAt int64  // the step at which it was pruned
 	// Reason explains Failed (and says how other outcomes came about).
 	Reason     string
 	ExitCode   int // -1 if killed by a signal
@@ -413,6 +418,13 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	pruned := false
 	var answers []byte // verdicts not written yet (watch's goroutine only)
 	var onBatch func(string)
+	keep := func(st Step) { // mu held
+		if o.LastStepOnly && len(res.Curve) > 0 {
+			res.Curve[0] = st
+			return
+		}
+		res.Curve = append(res.Curve, st)
+	}
 	onLine := func(text string) {
 		if strings.HasPrefix(text, "reports ") {
 			onBatch(text)
@@ -430,7 +442,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 			final = &v
 			finalFields = strings.Fields(text)[1:]
 		case kind == "report":
-			res.Curve = append(res.Curve, Step{step, val})
+			keep(Step{step, val})
 		}
 		mu.Unlock()
 		if err != nil || kind != "report" {
@@ -461,7 +473,11 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 			mu.Unlock()
 			return
 		}
-		res.Curve = append(res.Curve, steps...)
+		if o.LastStepOnly {
+			keep(steps[len(steps)-1]) // parseBatch never returns an empty batch
+		} else {
+			res.Curve = append(res.Curve, steps...)
+		}
 		mu.Unlock()
 		for _, st := range steps {
 			if pruned || o.OnReport == nil {
@@ -793,7 +809,7 @@ func parseBatch(s string) ([]Step, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%q: the values are not base64: %v", truncate(s, 80), err)
 	}
-	if len(steps)%8 != 0 || len(steps) != len(vals) {
+	if len(steps) == 0 || len(steps)%8 != 0 || len(steps) != len(vals) {
 		return nil, fmt.Errorf("%q: %d bytes of steps and %d of values, want 8 bytes each for the same number of reports", truncate(s, 80), len(steps), len(vals))
 	}
 	out := make([]Step, len(steps)/8)

@@ -789,18 +789,19 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) (record func()
 		Vars: map[string]string{
 			"study": name, "trial": strconv.Itoa(n), "attempt": strconv.Itoa(a), "trial_dir": dir,
 		},
-		Env:        l.env,
-		Stdout:     wl.out,
-		Stderr:     wl.err,
-		EndsKnown:  wl.known,
-		StdoutEnd:  wl.outEnd,
-		StderrEnd:  wl.errEnd,
-		Timeout:    l.o.Timeout,
-		Grace:      l.o.KillGrace,
-		OnReport:   onReport,
-		Metrics:    l.st.Spec().Metrics,
-		PythonPath: l.o.PythonPath,
-		Guard:      l.o.Guard,
+		Env:          l.env,
+		Stdout:       wl.out,
+		Stderr:       wl.err,
+		EndsKnown:    wl.known,
+		StdoutEnd:    wl.outEnd,
+		StderrEnd:    wl.errEnd,
+		Timeout:      l.o.Timeout,
+		Grace:        l.o.KillGrace,
+		OnReport:     onReport,
+		LastStepOnly: true, // run keeps the curve
+		Metrics:      l.st.Spec().Metrics,
+		PythonPath:   l.o.PythonPath,
+		Guard:        l.o.Guard,
 	}, stop)
 	stopBeats()
 	wl.ended(res.StdoutEnd, res.StderrEnd, err == nil)
