@@ -526,6 +526,13 @@ type ListOptions struct {
 	// lease whose heartbeat is older is stale. Zero means
 	// DefaultHeartbeatTimeout.
 	Timeout time.Duration
+	// Now, if set, reads the time ages are judged against instead of
+	// store.Now: soma status and soma workers pass their view's clock,
+	// which falls back to this machine's, and says so, on a root they
+	// cannot write. (Bug: on a read-only root with workers registered,
+	// both failed as a whole with "server time: ... read-only file
+	// system", issue 16.)
+	Now func(context.Context) (time.Time, error)
 }
 
 // ListWorkers returns every worker in the store, alive or not, sorted by
@@ -550,7 +557,11 @@ func listWorkers(ctx context.Context, store *fsstore.Store, opts ListOptions) ([
 	if timeout <= 0 {
 		timeout = DefaultHeartbeatTimeout
 	}
-	now, err := store.Now(ctx)
+	clock := store.Now
+	if opts.Now != nil {
+		clock = opts.Now
+	}
+	now, err := clock(ctx)
 	if err != nil {
 		return nil, nil, time.Time{}, fmt.Errorf("worker: list workers: %w", err)
 	}
@@ -708,7 +719,8 @@ func ReadWorkers(ctx context.Context, store *fsstore.Store, opts ListOptions) (W
 	if timeout <= 0 {
 		timeout = DefaultHeartbeatTimeout
 	}
-	infos, probs, now, err := listWorkers(ctx, store, ListOptions{Timeout: timeout})
+	opts.Timeout = timeout
+	infos, probs, now, err := listWorkers(ctx, store, opts)
 	if err != nil {
 		return WorkersReport{}, err
 	}

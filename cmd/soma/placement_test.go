@@ -286,8 +286,20 @@ func TestRunPlaced(t *testing.T) {
 // text and JSON (checked against JSONShape), when workers have
 // registered in the root; none otherwise.
 func TestStatusListsWorkers(t *testing.T) {
-	const timeout = 300 * time.Millisecond
-	root, _ := workersRoot(t, timeout)
+	// 2 s, and the live workers heartbeat just before each view: with
+	// 300 ms and no heartbeat after setting up, a loaded machine (the CI's
+	// 2 CPUs running other packages' tests) saw them dead (flaky, seen at
+	// load 23).
+	const timeout = 2 * time.Second
+	root, live := workersRoot(t, timeout)
+	beat := func() {
+		for _, g := range live {
+			if _, err := g.Heartbeat(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	beat()
 	code, out, errOut := soma("status", root, "--worker-timeout", timeout.String())
 	if code != exitOK {
 		t.Fatalf("soma status: exit %d: %s", code, errOut)
@@ -297,6 +309,7 @@ func TestStatusListsWorkers(t *testing.T) {
 			t.Errorf("soma status lacks %q:\n%s", want, out)
 		}
 	}
+	beat()
 	code, out, errOut = soma("status", root, "--json", "--worker-timeout", timeout.String())
 	if code != exitOK {
 		t.Fatalf("soma status --json: exit %d: %s", code, errOut)

@@ -98,11 +98,18 @@ func workersAction(c *cli.Context) error {
 	if c.Bool("prune") {
 		return pruneWorkers(c, s)
 	}
-	opts := worker.ListOptions{Timeout: c.Duration("timeout")}
+	// s.Now: a root this process cannot write is listed with this
+	// machine's clock, said once on stderr.
+	opts := worker.ListOptions{Timeout: c.Duration("timeout"), Now: s.Now}
+	warned := false
 	render := func(ctx context.Context, out io.Writer) error {
 		rep, err := worker.ReadWorkers(ctx, s.FS(), opts)
 		if err != nil {
 			return err
+		}
+		if clock, why := s.Clock(); clock != "server" && why != nil && !warned {
+			warned = true
+			fmt.Fprintf(c.App.ErrWriter, "soma: warning: %v\n", why)
 		}
 		if c.Bool("json") {
 			enc := json.NewEncoder(out)

@@ -61,7 +61,9 @@ func workersRoot(t *testing.T, timeout time.Duration) (root string, live []*work
 }
 
 func TestWorkersCommand(t *testing.T) {
-	const timeout = 300 * time.Millisecond
+	// 2 s, not 300 ms: a loaded CI machine saw live workers dead between
+	// a heartbeat and the view (TestStatusListsWorkers, at load 23).
+	const timeout = 2 * time.Second
 	root, live := workersRoot(t, timeout)
 	beat := func() {
 		for _, g := range live {
@@ -144,7 +146,7 @@ func TestWorkersWatch(t *testing.T) {
 // soma workers --prune removes the dead worker (node3) and keeps the
 // live ones; --dry-run removes nothing.
 func TestWorkersPrune(t *testing.T) {
-	const timeout = 300 * time.Millisecond
+	const timeout = 2 * time.Second // see TestWorkersCommand
 	root, live := workersRoot(t, timeout)
 	for _, g := range live {
 		if _, err := g.Heartbeat(context.Background()); err != nil {

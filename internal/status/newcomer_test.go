@@ -11,6 +11,7 @@ import (
 
 	"github.com/soma-hpc/soma/fsstore"
 	"github.com/soma-hpc/soma/internal/studytest"
+	"github.com/soma-hpc/soma/worker"
 )
 
 // Issue 16: soma status showed a retried trial as "0.1" and "3.1", which
@@ -80,11 +81,28 @@ func TestStatusOfARootItCannotWrite(t *testing.T) {
 		if !strings.Contains(b.String(), "cannot write a time probe") {
 			t.Errorf("no clock warning:\n%s", b.String())
 		}
+		// With a worker registered, the registry is listed with this
+		// machine's clock too. (Bug: it failed the whole view, "worker:
+		// list workers: server time: ... permission denied".)
+		if !strings.Contains(b.String(), "workers  1 alive, 0 dead") {
+			t.Errorf("no workers section with the registered worker:\n%s", b.String())
+		}
 		return
 	}
 	f := fix(t)
 	dir := t.TempDir()
 	root := f.Copy(t, filepath.Join(dir, "ro"))
+	fs, err := fsstore.Open(root, fsstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := worker.ParseWorkerID("node3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := worker.Announce(context.Background(), fs, worker.WorkerRecord{ID: id, Address: "http://node3:7070", Slots: 1}, worker.RegistryOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	if os.Geteuid() != 0 {
 		tmp := filepath.Join(root, "tmp")
 		os.Chmod(tmp, 0o555)
