@@ -11,6 +11,7 @@ import (
 	"github.com/klauspost/compress/snappy"
 	"github.com/klauspost/compress/zlib"
 	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
 )
 
 // bloscConfig is the v3 blosc configuration; v2 metadata is translated
@@ -235,76 +236,20 @@ func (b *bloscCodec) decompress(comp byte, dst, src []byte) error {
 	return fmt.Errorf("%w: blosc compressor code %d", ErrUnsupported, comp)
 }
 
-// lz4Decode decodes one LZ4 block (lz4 Block_format.md) into exactly dst.
+// lz4Decode decodes one LZ4 block into exactly dst, with
+// github.com/pierrec/lz4/v4 (issue 16: a hand-written decoder stood here;
+// the library, assembly on amd64, decoded a byte-shuffled float32 MiB at
+// a median 3.0 GB/s against its 2.2, go test -bench LZ4 ./zarr, loaded
+// 2-CPU machine; it is maintained and fuzzed upstream).
 func lz4Decode(dst, src []byte) error {
-	si, di := 0, 0
-	for {
-		if si >= len(src) {
-			return fmt.Errorf("lz4: input ends before the last sequence")
-		}
-		tok := src[si]
-		si++
-		lit := int(tok >> 4)
-		if lit == 15 {
-			for {
-				if si >= len(src) {
-					return fmt.Errorf("lz4: truncated literal length")
-				}
-				c := src[si]
-				si++
-				lit += int(c)
-				if lit > len(src) {
-					return fmt.Errorf("lz4: literal length exceeds input")
-				}
-				if c != 255 {
-					break
-				}
-			}
-		}
-		if lit > len(src)-si || lit > len(dst)-di {
-			return fmt.Errorf("lz4: literal run of %d bytes overflows", lit)
-		}
-		copy(dst[di:], src[si:si+lit])
-		si += lit
-		di += lit
-		if si == len(src) {
-			if di != len(dst) {
-				return fmt.Errorf("lz4: decoded %d bytes, want %d", di, len(dst))
-			}
-			return nil
-		}
-		if si+2 > len(src) {
-			return fmt.Errorf("lz4: truncated match offset")
-		}
-		off := int(src[si]) | int(src[si+1])<<8
-		si += 2
-		if off == 0 || off > di {
-			return fmt.Errorf("lz4: match offset %d at output %d", off, di)
-		}
-		ml := int(tok & 15)
-		if ml == 15 {
-			for {
-				if si >= len(src) {
-					return fmt.Errorf("lz4: truncated match length")
-				}
-				c := src[si]
-				si++
-				ml += int(c)
-				if ml > len(dst) {
-					return fmt.Errorf("lz4: match length exceeds output")
-				}
-				if c != 255 {
-					break
-				}
-			}
-		}
-		ml += 4
-		if ml > len(dst)-di {
-			return fmt.Errorf("lz4: match of %d bytes overflows the output", ml)
-		}
-		copyMatch(dst, di, off, ml)
-		di += ml
+	n, err := lz4.UncompressBlock(src, dst)
+	if err != nil {
+		return fmt.Errorf("lz4: %v", err)
 	}
+	if n != len(dst) {
+		return fmt.Errorf("lz4: decoded %d bytes, want %d", n, len(dst))
+	}
+	return nil
 }
 
 // copyMatch copies n bytes from dst[di-off:] to dst[di:], allowing the
