@@ -226,6 +226,32 @@ func (c Client) Requeue(ctx context.Context, ref Ref) error {
 	return err
 }
 
+// CancelUnended cancels job id if any of its tasks has not ended, and
+// waits (polling every interval) until they all have; a job that has
+// ended, or that Slurm has forgotten, is left alone. Tests clean up their
+// jobs with it (it was a cleanup copied between two test files, which
+// could not share a helper package: slurm's own tests are in package
+// slurm, issue 16).
+func (c Client) CancelUnended(ctx context.Context, id JobID, interval time.Duration) error {
+	tasks, err := c.Tasks(ctx, id)
+	if errors.Is(err, ErrUnknownJob) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, task := range tasks {
+		if !task.Ended() {
+			if err := c.Cancel(ctx, Ref{Job: id}, CancelOptions{}); err != nil {
+				return err
+			}
+			_, err := c.Wait(ctx, id, interval)
+			return err
+		}
+	}
+	return nil
+}
+
 // Wait polls Tasks every interval until every task of job id has ended
 // (see Task.Ended), and returns them. A job Slurm has forgotten has ended
 // too: Wait then returns no tasks and no error. It returns early with

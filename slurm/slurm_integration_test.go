@@ -33,10 +33,8 @@ func needSlurm(t *testing.T) Client {
 }
 
 // submitScript renders s into dir/name.sh, submits it and returns the job
-// id. A cleanup cancels the job if the test leaves it running. (The same
-// cleanup is internal/submit's cancelAtEnd. It cannot be shared: it needs
-// a Client, and a helper package that imports slurm cannot be imported
-// by slurm's own tests, which are in package slurm.)
+// id. A cleanup cancels the job if the test leaves it running
+// (Client.CancelUnended).
 func submitScript(t *testing.T, c Client, s Script, dir, name string) JobID {
 	t.Helper()
 	text, err := s.Render()
@@ -56,17 +54,7 @@ func submitScript(t *testing.T, c Client, s Script, dir, name string) JobID {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		tasks, err := c.Tasks(ctx, id)
-		if err != nil {
-			return
-		}
-		for _, task := range tasks {
-			if !task.Ended() {
-				_ = c.Cancel(ctx, Ref{Job: id}, CancelOptions{})
-				_, _ = c.Wait(ctx, id, 200*time.Millisecond)
-				return
-			}
-		}
+		_ = c.CancelUnended(ctx, id, 200*time.Millisecond)
 	})
 	return id
 }
@@ -314,5 +302,35 @@ func TestSlurmUnknownJob(t *testing.T) {
 		if _, err := c.ShowJob(ctx, id); !errors.Is(err, ErrUnknownJob) {
 			t.Errorf("ShowJob(%s): %v, want ErrUnknownJob", id, err)
 		}
+	}
+}
+
+// TestSlurmCancelUnended: a running job is cancelled and waited for; an
+// ended or forgotten one is left alone, without an error.
+func TestSlurmCancelUnended(t *testing.T) {
+	c := needSlurm(t)
+	t.Parallel()
+	dir := t.TempDir()
+	s := Script{Name: "soma cancel-unended test", Command: []string{"sleep", "300"}, LogDir: dir}
+	id := submitScript(t, c, s, dir, "job")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := c.CancelUnended(ctx, id, 200*time.Millisecond); err != nil {
+		t.Fatalf("CancelUnended of a running job: %v", err)
+	}
+	tasks, err := c.Tasks(ctx, id)
+	if err != nil && !errors.Is(err, ErrUnknownJob) {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		if !task.Ended() {
+			t.Errorf("after CancelUnended: task %+v has not ended", task)
+		}
+	}
+	if err := c.CancelUnended(ctx, id, 200*time.Millisecond); err != nil {
+		t.Errorf("CancelUnended of an ended job: %v", err)
+	}
+	if err := c.CancelUnended(ctx, 67000000, 200*time.Millisecond); err != nil {
+		t.Errorf("CancelUnended of a job Slurm does not know: %v", err)
 	}
 }

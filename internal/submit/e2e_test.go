@@ -106,25 +106,12 @@ func (e e2e) submit(t *testing.T, budget int, o Options, mode ...string) Result 
 	return res
 }
 
-// cancelAtEnd cancels job id when t ends, if it still runs. (slurm's
-// submitScript has the same cleanup. It cannot be shared: it needs a
-// slurm.Client, and a helper package that imports slurm cannot be
-// imported by slurm's own tests, which are in package slurm.)
+// cancelAtEnd cancels job id when t ends, if it still runs.
 func cancelAtEnd(t *testing.T, c slurm.Client, id slurm.JobID) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		tasks, err := c.Tasks(ctx, id)
-		if err != nil {
-			return
-		}
-		for _, task := range tasks {
-			if !task.Ended() {
-				_ = c.Cancel(ctx, slurm.Ref{Job: id}, slurm.CancelOptions{})
-				_, _ = c.Wait(ctx, id, 200*time.Millisecond)
-				return
-			}
-		}
+		_ = c.CancelUnended(ctx, id, 200*time.Millisecond)
 	})
 }
 
