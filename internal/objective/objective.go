@@ -410,97 +410,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	defer func() { g.release(clean) }()
 
 	res := Result{Argv: argv, ExitCode: -1, StdoutEnd: -1, StderrEnd: -1}
-	var mu sync.Mutex // guards res.Curve, final, protoErr
-	var final *float64
-	var finalFields []string // the final line's values
-	var protoErr string
-	pruneAt := make(chan int64, 1)
-	pruned := false
-	var answers []byte // verdicts not written yet (watch's goroutine only)
-	var onBatch func(string)
-	keep := func(st Step) { // mu held
-		if o.LastStepOnly && len(res.Curve) > 0 {
-			res.Curve[0] = st
-			return
-		}
-		res.Curve = append(res.Curve, st)
-	}
-	onLine := func(text string) {
-		if strings.HasPrefix(text, "reports ") {
-			onBatch(text)
-			return
-		}
-		kind, step, val, err := parseLine(text)
-		mu.Lock()
-		switch {
-		case err != nil:
-			if protoErr == "" {
-				protoErr = err.Error()
-			}
-		case kind == "final":
-			v := val
-			final = &v
-			finalFields = strings.Fields(text)[1:]
-		case kind == "report":
-			keep(Step{step, val})
-		}
-		mu.Unlock()
-		if err != nil || kind != "report" {
-			return
-		}
-		verdict := "continue\n"
-		if !pruned && o.OnReport != nil && o.OnReport(step, val) {
-			pruned = true
-			pruneAt <- step
-		}
-		if pruned {
-			// Every report after a prune is answered "prune" too. (It
-			// used to be "continue": an objective that missed the first
-			// verdict was told to go on.)
-			verdict = "prune\n"
-		}
-		answers = append(answers, verdict...)
-	}
-	// A "reports" line (report(..., wait=False)'s batch) is judged step
-	// by step and answered once: "prune" if any of its steps pruned.
-	onBatch = func(text string) {
-		steps, err := parseBatch(text)
-		mu.Lock()
-		if err != nil {
-			if protoErr == "" {
-				protoErr = err.Error()
-			}
-			mu.Unlock()
-			return
-		}
-		if o.LastStepOnly {
-			keep(steps[len(steps)-1]) // parseBatch never returns an empty batch
-		} else {
-			res.Curve = append(res.Curve, steps...)
-		}
-		mu.Unlock()
-		for _, st := range steps {
-			if pruned || o.OnReport == nil {
-				break
-			}
-			if o.OnReport(st.Step, st.Value) {
-				pruned = true
-				pruneAt <- st.Step
-			}
-		}
-		if pruned {
-			answers = append(answers, "prune\n"...)
-		} else {
-			answers = append(answers, "continue\n"...)
-		}
-	}
-	// The verdicts of one read's reports, written together (watch).
-	answer := func() {
-		if len(answers) > 0 {
-			verdicts.write(answers)
-			answers = answers[:0]
-		}
-	}
+	reps := &reports{onReport: o.OnReport, lastOnly: o.LastStepOnly, verdicts: verdicts, pruneAt: make(chan int64, 1)}
 	// One goroutine reads the reports; another reads the objective's exit
 	// status from the guard, then waits for the guard, which ends once
 	// nothing of the objective's tree is left (see guardArg). The report
@@ -512,7 +422,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	read := make(chan struct{})
 	var draining atomic.Bool
 	go func() {
-		watch(repR, onLine, answer, verdicts.unread, &draining)
+		watch(repR, reps.line, reps.answer, verdicts.unread, &draining)
 		close(read)
 	}()
 	go func() {
@@ -589,7 +499,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	ctxDone := ctx.Done()
 	select {
 	case werr = <-exited:
-	case step := <-pruneAt:
+	case step := <-reps.pruneAt:
 		why, res.PrunedAt = Pruned, step
 		reason = fmt.Sprintf("pruned at step %d", step)
 		werr = escalate(0)
@@ -622,8 +532,9 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	if werr.err == nil && werr.ws.Exited() {
 		res.ExitCode = werr.ws.ExitStatus()
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	reps.mu.Lock()
+	defer reps.mu.Unlock()
+	res.Curve = reps.curve
 	if why != "" {
 		res.Outcome, res.Reason = why, reason
 		if why == Pruned && len(res.Curve) > 0 {
@@ -649,50 +560,56 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 		res.Outcome, res.Reason = Interrupted, "interrupted: the objective was killed by "+sig.String()
 		return res, nil
 	}
+	o.score(&res, werr, reps, last)
+	return res, nil
+}
+
+// score judges an objective that exited on its own (no prune, timeout or
+// stop): Done with its score, or Failed with why. r.mu is held.
+func (o Options) score(res *Result, werr exit, r *reports, last *lastLine) {
 	res.Outcome = Failed
 	switch {
 	case res.ExitCode != 0:
 		res.Reason = exitReason(werr)
-	case protoErr != "":
-		res.Reason = "bad report line: " + protoErr
-	case final != nil && len(o.Metrics) > 1:
-		res.Reason = o.takeScores(&res, finalFields, "the final line")
-	case final != nil:
-		if len(finalFields) > 1 {
-			res.Reason = fmt.Sprintf("final gave %d values, but the study has one objective (write \"final <score>\")", len(finalFields))
-			return res, nil
+	case r.protoErr != "":
+		res.Reason = "bad report line: " + r.protoErr
+	case r.final != nil && len(o.Metrics) > 1:
+		res.Reason = o.takeScores(res, r.finalFields, "the final line")
+	case r.final != nil:
+		if len(r.finalFields) > 1 {
+			res.Reason = fmt.Sprintf("final gave %d values, but the study has one objective (write \"final <score>\")", len(r.finalFields))
+			return
 		}
-		res.Score, res.HasScore = *final, true
+		res.Score, res.HasScore = *r.final, true
 	case len(o.Metrics) > 1:
 		l := strings.TrimSpace(last.String())
 		if l == "" {
 			res.Reason = fmt.Sprintf("no scores: nothing on fd $SOMA_REPORT_FD and stdout is empty (print the %s scores as the last line, or use final())", strings.Join(o.Metrics, " "))
-			return res, nil
+			return
 		}
-		res.Reason = o.takeScores(&res, strings.Fields(l), "the last line of stdout")
+		res.Reason = o.takeScores(res, strings.Fields(l), "the last line of stdout")
 	default:
 		l := strings.TrimSpace(last.String())
 		if l == "" {
 			res.Reason = "no score: nothing on fd $SOMA_REPORT_FD and stdout is empty (print the score as the last line, or use final())"
-			return res, nil
+			return
 		}
 		v, err := strconv.ParseFloat(l, 64)
 		if err != nil {
 			res.Reason = fmt.Sprintf("no score: the last line of stdout is %q, %s", truncate(l, 80), notNumber(err))
-			return res, nil
+			return
 		}
 		res.Score, res.HasScore = v, true
 	}
 	if res.Reason != "" {
-		return res, nil
+		return
 	}
 	if math.IsNaN(res.Score) || math.IsInf(res.Score, 0) {
 		res.Reason = fmt.Sprintf("score is %v", res.Score)
 		res.HasScore = false
-		return res, nil
+		return
 	}
 	res.Outcome = Done
-	return res, nil
 }
 
 // exit is how the objective ended, as its guard saw it: a wait status,
