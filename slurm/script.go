@@ -145,6 +145,22 @@ func ownedOption(opt string) (field string, owned bool) {
 // inside them). Render is deterministic: the same Script gives the same
 // bytes.
 func (s Script) Render() ([]byte, error) {
+	c, err := s.check()
+	if err != nil {
+		return nil, err
+	}
+	return s.write(c), nil
+}
+
+// checked is what check derives from a valid Script for write.
+type checked struct {
+	name      string // the job's name ("soma" when none is given)
+	array     Array  // parsed s.Array (zero when none)
+	graceSecs int64  // the grace before the time limit, whole seconds
+}
+
+// check validates s, naming every problem at once.
+func (s Script) check() (checked, error) {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("slurm: script: "+format, a...)) }
 
@@ -223,9 +239,14 @@ func (s Script) Render() ([]byte, error) {
 		bad("note %q contains control characters other than newlines and tabs", s.Note)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return checked{}, err
 	}
+	return checked{name: name, array: array, graceSecs: graceSecs}, nil
+}
 
+// write returns the script's text for s, which check has passed.
+func (s Script) write(c checked) []byte {
+	name, array, graceSecs := c.name, c.array, c.graceSecs
 	var b strings.Builder
 	line := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
 	sbatch := func(opt string) {
@@ -313,7 +334,7 @@ func (s Script) Render() ([]byte, error) {
 		quoted[i] = shellQuote(a)
 	}
 	line("exec %s", strings.Join(quoted, " "))
-	return []byte(b.String()), nil
+	return []byte(b.String())
 }
 
 // ceilSeconds returns d in whole seconds, rounded up.
