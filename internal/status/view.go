@@ -286,73 +286,8 @@ func FromSnapshot(st *study.Study, snap *study.Snapshot, o Options) *View {
 		rows[r.Number] = x
 		return x
 	}
-	hosts := make(map[string]*Machine)
-	var last time.Time
-	var running, done []int // indices into snap.Trials
-	for i := range snap.Trials {
-		r := &snap.Trials[i]
-		switch r.State {
-		case study.StateDone:
-			c.Done++
-			if r.HasScore {
-				done = append(done, i)
-			}
-		case study.StateRunning:
-			c.Running++
-			running = append(running, i)
-		case study.StatePruned:
-			c.Pruned++
-		case study.StateFailed:
-			c.Failed++
-		case study.StateInterrupted:
-			c.Interrupted++
-		case study.StateStale:
-			c.Stale++
-			running = append(running, i)
-		}
-		if r.Final(spec.MaxRetries) {
-			c.Ended++
-		}
-		if r.Time.After(last) {
-			last = r.Time
-		}
-		h := r.Who.Host
-		if h == "" {
-			h = "?"
-		}
-		m := hosts[h]
-		if m == nil {
-			m = &Machine{Host: h, Jobs: []string{}}
-			hosts[h] = m
-		}
-		m.Trials++
-		if r.Time.After(m.LastSeen) {
-			m.LastSeen = r.Time
-		}
-		switch r.State {
-		case study.StateRunning:
-			m.Running++
-		case study.StateStale:
-			m.Stale++
-		}
-		if r.State == study.StateRunning && r.Who.Job != "" && !slices.Contains(m.Jobs, r.Who.Job) {
-			m.Jobs = append(m.Jobs, r.Who.Job)
-		}
-	}
-	if !last.IsZero() {
-		v.LastActivity = &last
-	}
-	for _, m := range hosts {
-		m.AgoS = seconds(now.Sub(m.LastSeen))
-		slices.Sort(m.Jobs)
-		v.Machines = append(v.Machines, *m)
-	}
-	slices.SortFunc(v.Machines, func(a, b Machine) int {
-		if c := b.LastSeen.Compare(a.LastSeen); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Host, b.Host)
-	})
+	running, done := v.count(snap, spec.MaxRetries)
+	v.Machines = machines(snap.Trials, now)
 
 	v.objectives = spec.Objectives()
 	for i, d := range spec.Directions {
@@ -393,6 +328,90 @@ func FromSnapshot(st *study.Study, snap *study.Snapshot, o Options) *View {
 	}
 	v.Pace = pace(snap, spec.MaxRetries, v.Budget, c.Ended, c.Running)
 	return v
+}
+
+// count fills v's counts and last activity from snap, and returns the
+// indices into snap.Trials of the running (and stale) trials and of the
+// done ones with a score.
+func (v *View) count(snap *study.Snapshot, maxRetries int) (running, done []int) {
+	c := &v.Counts
+	var last time.Time
+	for i := range snap.Trials {
+		r := &snap.Trials[i]
+		switch r.State {
+		case study.StateDone:
+			c.Done++
+			if r.HasScore {
+				done = append(done, i)
+			}
+		case study.StateRunning:
+			c.Running++
+			running = append(running, i)
+		case study.StatePruned:
+			c.Pruned++
+		case study.StateFailed:
+			c.Failed++
+		case study.StateInterrupted:
+			c.Interrupted++
+		case study.StateStale:
+			c.Stale++
+			running = append(running, i)
+		}
+		if r.Final(maxRetries) {
+			c.Ended++
+		}
+		if r.Time.After(last) {
+			last = r.Time
+		}
+	}
+	if !last.IsZero() {
+		v.LastActivity = &last
+	}
+	return running, done
+}
+
+// machines groups trials by the host that ran them, most recently seen
+// first.
+func machines(trials []study.Record, now time.Time) []Machine {
+	hosts := make(map[string]*Machine)
+	for i := range trials {
+		r := &trials[i]
+		h := r.Who.Host
+		if h == "" {
+			h = "?"
+		}
+		m := hosts[h]
+		if m == nil {
+			m = &Machine{Host: h, Jobs: []string{}}
+			hosts[h] = m
+		}
+		m.Trials++
+		if r.Time.After(m.LastSeen) {
+			m.LastSeen = r.Time
+		}
+		switch r.State {
+		case study.StateRunning:
+			m.Running++
+		case study.StateStale:
+			m.Stale++
+		}
+		if r.State == study.StateRunning && r.Who.Job != "" && !slices.Contains(m.Jobs, r.Who.Job) {
+			m.Jobs = append(m.Jobs, r.Who.Job)
+		}
+	}
+	out := []Machine{}
+	for _, m := range hosts {
+		m.AgoS = seconds(now.Sub(m.LastSeen))
+		slices.Sort(m.Jobs)
+		out = append(out, *m)
+	}
+	slices.SortFunc(out, func(a, b Machine) int {
+		if c := b.LastSeen.Compare(a.LastSeen); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Host, b.Host)
+	})
+	return out
 }
 
 // bestN returns the n first of idx in the order of cmp, sorted. It
