@@ -53,6 +53,10 @@ EXAMPLES:
    soma run --worker http://127.0.0.1:7070 examples/worker-digits/fit.toml
    soma run --worker http://node12:7070 --token-file ~/.soma/token plan.toml --json
    soma run --worker URL forward.toml --state scale=blob:sha256:9f86... --save-dir out/
+   soma-trial --root study --study s --param "lr=float:1e-3:0.1:log" -- \
+     soma run ROOT plan.toml --id s-{trial}.{attempt} --param embed.lr={lr} --score acc
+                                      (a study over a plan: --param sets a node's
+                                      config, --score prints an output last)
 
 A PLAN FILE (paths relative to it):
    id = "digits-fit"
@@ -81,7 +85,10 @@ A PLAN FILE (paths relative to it):
    inputs = ["scale"]
    at = { tags = ["torch"], gpus = 1 } # optional: where this node runs; soma run ROOT
                                       #   cuts the plan into segments by it (values
-                                      #   cross the cut as blobs of ROOT)
+                                      #   cross the cut as blobs of ROOT);
+                                      #   at = { client = true }: in soma run's Python
+   [nodes.env]                        # optional: this node's env (as [env]); a
+   system_site_packages = false       #   change of env cuts the plan too
    [nodes.config]                     # keyword arguments of the class
    k = 3`
 
@@ -102,6 +109,7 @@ func newRunCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "state", Usage: "NODE=blob:sha256:... a trained state to load (repeatable; overrides the plan's [states])"},
 			&cli.StringFlag{Name: "save-dir", Usage: "write each array output to DIR/NODE.npy"},
 			&cli.StringSliceFlag{Name: "param", Usage: "NODE.KEY=VALUE: set a key of a node's [nodes.config] (repeatable; VALUE is an integer, a number, true/false, or else a string)"},
+			&cli.StringFlag{Name: "id", Usage: "run the plan under this id instead of the plan file's (a study's objective: --id NAME-{trial}.{attempt}, since a worker refuses a second plan of a running plan's id)"},
 			&cli.StringFlag{Name: "score", Usage: "NODE: print output NODE (one number) as the last line of stdout, the score soma-trial reads from an objective"},
 		},
 		Action: runPlan,
@@ -134,6 +142,9 @@ func runPlan(c *cli.Context) error {
 	p, err := worker.ParsePlanFile(planArg)
 	if err != nil {
 		return err
+	}
+	if id := c.String("id"); id != "" {
+		p.ID = id // checked by applyStates' ValidatePlan
 	}
 	if err := applyParams(p, c.StringSlice("param")); err != nil {
 		return err

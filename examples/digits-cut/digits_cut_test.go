@@ -6,7 +6,7 @@ package digitscut_test
 // worker tagged cpu in a venv without torch, the torch embedding on the
 // worker tagged torch, the classifier on the client), then a study whose
 // objective is that soma run with --param: the study and the graph are
-// distributed at once.
+// distributed at once (two trials at a time, both on the same workers).
 
 import (
 	"bufio"
@@ -167,12 +167,15 @@ func TestDigitsCut(t *testing.T) {
 	t.Logf("held-out accuracy %.4f (chance %.1f)", acc, chance)
 
 	// The study: each trial is the cut plan at another point, placed on
-	// the same two workers; soma-trial reads the score from the last line.
+	// the same two workers, two trials at once (each worker has 2 slots;
+	// --id keeps their plans apart, as a worker refuses a second plan of
+	// a running plan's id); soma-trial reads the score from the last line.
 	studyRoot := filepath.Join(dir, "study")
 	out, errOut, err = run(t, tmp, filepath.Join(bin, "soma-trial"), "--root", studyRoot, "--study", "digits-cut",
 		"--param", "lr=float:0.005:0.03:log", "--param", "dim=choice:8,16", "--direction", "maximize",
-		"--sampler", "random", "--seed", "1", "--budget", "2", "--",
-		soma, "run", root, plan, "--param", "embed.lr={lr}", "--param", "embed.dim={dim}", "--score", "acc")
+		"--sampler", "random", "--seed", "1", "--budget", "2", "--parallel", "2", "--",
+		soma, "run", root, plan, "--id", "digits-cut-{trial}.{attempt}",
+		"--param", "embed.lr={lr}", "--param", "embed.dim={dim}", "--score", "acc")
 	if err != nil {
 		t.Fatalf("soma-trial: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
 	}
