@@ -18,7 +18,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/soma-hpc/soma/internal/testutil"
 )
@@ -64,9 +66,16 @@ func startWorker(t *testing.T, bin, root, id, tag string) {
 	)
 	done := make(chan struct{})
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
+		// SIGTERM: the worker stops its Python daemons and removes its
+		// record; SIGKILL left the torch daemon running for a minute.
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done: // stderr closed: the worker has exited
+		case <-time.After(time.Minute):
+			_ = cmd.Process.Kill()
+			<-done
+		}
 		_ = cmd.Wait()
-		<-done
 		if t.Failed() {
 			mu.Lock()
 			t.Logf("soma-worker %s:\n%s", id, log.String())
