@@ -229,8 +229,10 @@ func runPlan(c *cli.Context) error {
 
 // applyParams sets node config keys from --param NODE.KEY=VALUE, so that
 // an objective of soma-trial can run one plan file at many points
-// (soma run ROOT plan.toml --param embed.lr={lr}). A node or key that is
-// not in the plan is refused: a typo must not run the default.
+// (soma run ROOT plan.toml --param embed.lr={lr}). A node that is not in
+// the plan is refused: a typo must not run the default. A key that is
+// not in [nodes.config] is added (a filter's defaults live in its
+// __init__, whose TypeError names a misspelt keyword).
 func applyParams(p *worker.Plan, specs []string) error {
 	for _, s := range specs {
 		lhs, val, ok := strings.Cut(s, "=")
