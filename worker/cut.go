@@ -25,10 +25,12 @@ type Segment struct {
 var ErrCut = errors.New("worker: cannot cut plan")
 
 // CutPlan cuts p into consecutive segments of nodes with the same
-// requirement (a node's At, or the plan's Resources when it has none),
-// in the plan's node order. A plan whose nodes all have one requirement
-// comes back as one segment: the plan with that requirement as its
-// Resources. Segments' nodes carry no At.
+// requirement (a node's At, or the plan's Resources when it has none)
+// and the same Python environment (a node's Env, or the plan's Env), in
+// the plan's node order. A plan whose nodes all have one requirement and
+// one env comes back as one segment: the plan with that requirement as
+// its Resources and that env as its Env. Segments' nodes carry no At and
+// no Env: a segment's Resources and Env say them.
 //
 // A value that crosses a cut is an output of an earlier segment listed in
 // that segment's RefOutputs, so that its worker stores it as a blob and
@@ -44,16 +46,20 @@ func CutPlan(p *Plan) ([]Segment, error) {
 		return nil, err
 	}
 	reqs := make([]Ask, len(p.Nodes))
+	envs := make([]EnvRequest, len(p.Nodes))
 	for i, n := range p.Nodes {
-		reqs[i] = p.Resources
+		reqs[i], envs[i] = p.Resources, p.Env
 		if n.At != nil {
 			reqs[i] = *n.At
+		}
+		if n.Env != nil {
+			envs[i] = *n.Env
 		}
 	}
 	// bounds[k] is the first node of segment k.
 	bounds := []int{0}
 	for i := 1; i < len(p.Nodes); i++ {
-		if !sameAsk(reqs[i], reqs[i-1]) {
+		if !sameAsk(reqs[i], reqs[i-1]) || !sameEnv(envs[i], envs[i-1]) {
 			bounds = append(bounds, i)
 		}
 	}
@@ -61,10 +67,10 @@ func CutPlan(p *Plan) ([]Segment, error) {
 		// One segment: the plan as it is, placed by the one requirement
 		// its nodes share (every node may say at = {...}).
 		one := *p
-		one.Resources = reqs[0]
+		one.Resources, one.Env = reqs[0], envs[0]
 		one.Nodes = slices.Clone(p.Nodes)
 		for i := range one.Nodes {
-			one.Nodes[i].At = nil
+			one.Nodes[i].At, one.Nodes[i].Env = nil, nil
 		}
 		return []Segment{{Plan: &one, From: "input"}}, nil
 	}
@@ -84,7 +90,7 @@ func CutPlan(p *Plan) ([]Segment, error) {
 		sub := make([]Node, len(nodes))
 		for i, n := range nodes {
 			n.Inputs = slices.Clone(n.Inputs)
-			n.At = nil // the segment's Resources say it
+			n.At, n.Env = nil, nil // the segment's Resources and Env say them
 			in := nodeInput(n)
 			if in == "input" || segOf[in] != k {
 				if in != "input" && segOf[in] > k {
@@ -103,7 +109,7 @@ func CutPlan(p *Plan) ([]Segment, error) {
 			sub[i] = n
 		}
 		sp := &Plan{
-			Version: p.Version, ID: fmt.Sprintf("%s.%d", p.ID, k+1), Nodes: sub, Files: p.Files, Env: p.Env,
+			Version: p.Version, ID: fmt.Sprintf("%s.%d", p.ID, k+1), Nodes: sub, Files: p.Files, Env: envs[bounds[k]],
 			Mode: p.Mode, Seed: p.Seed, Targets: p.Targets, Resources: reqs[bounds[k]],
 			TimeoutSeconds: p.TimeoutSeconds, Metadata: p.Metadata,
 		}
@@ -171,7 +177,7 @@ func RunCut(ctx context.Context, p *Plan, segs []Segment, run func(context.Conte
 		}
 		r, err := run(ctx, &sp)
 		if err != nil {
-			return nil, fmt.Errorf("segment %s (nodes %s, needing %s): %w", sp.ID, nodeIDs(sp.Nodes), sp.Requirement(), err)
+			return nil, fmt.Errorf("segment %s (nodes %s, needing %s): %w", sp.ID, nodeIDs(sp.Nodes), askText(sp.Resources), err)
 		}
 		merged.DurationMS += r.DurationMS
 		if r.LogTail != "" {
@@ -205,7 +211,7 @@ func RunCut(ctx context.Context, p *Plan, segs []Segment, run func(context.Conte
 }
 
 func sameAsk(a, b Ask) bool {
-	if a.GPUs != b.GPUs || a.CPUs != b.CPUs || a.Memory != b.Memory {
+	if a.GPUs != b.GPUs || a.CPUs != b.CPUs || a.Memory != b.Memory || a.Client != b.Client {
 		return false
 	}
 	x, y := slices.Clone(a.Tags), slices.Clone(b.Tags)
@@ -214,7 +220,17 @@ func sameAsk(a, b Ask) bool {
 	return slices.Equal(slices.Compact(x), slices.Compact(y))
 }
 
+// sameEnv compares two envs as written: requirements listed in another
+// order make another segment, which costs a cut, never a wrong env.
+func sameEnv(a, b EnvRequest) bool {
+	return a.SystemSitePackages == b.SystemSitePackages && a.NoIndex == b.NoIndex && a.IndexURL == b.IndexURL &&
+		slices.Equal(a.Requirements, b.Requirements) && slices.Equal(a.FindLinks, b.FindLinks)
+}
+
 func askText(a Ask) string {
+	if a.Client {
+		return "the client"
+	}
 	return Requirement{GPUs: a.GPUs, CPUs: a.CPUs, Memory: a.Memory, Tags: a.Tags}.String()
 }
 

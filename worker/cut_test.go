@@ -87,6 +87,71 @@ func TestCutPlan(t *testing.T) {
 	}
 }
 
+// TestCutPlanEnv: a node's Env picks its segment's env, and a change of
+// env alone cuts the plan (issue 15's digits-cut: a bare venv where
+// import torch fails, then the torch worker's env with system packages).
+// Segments' nodes carry no Env; a plan whose nodes share one env runs
+// with it.
+func TestCutPlanEnv(t *testing.T) {
+	bare := &EnvRequest{}
+	sys := EnvRequest{SystemSitePackages: true}
+	for _, tc := range []struct {
+		name string
+		plan func() *Plan
+		want []string // per segment: nodes and whether its env sees system packages
+	}{
+		{"env alone cuts", func() *Plan {
+			p := cutPlan("", "", "")
+			p.Env = sys
+			p.Nodes[0].Env = bare
+			return p
+		}, []string{"n0 false", "n1,n2 true"}},
+		{"every node's env the same: one segment with it", func() *Plan {
+			p := cutPlan("a", "a")
+			p.Env = sys
+			p.Nodes[0].Env, p.Nodes[1].Env = bare, &EnvRequest{}
+			return p
+		}, []string{"n0,n1 false"}},
+		{"node env equal to the plan's joins it", func() *Plan {
+			p := cutPlan("", "")
+			p.Env = sys
+			p.Nodes[1].Env = &EnvRequest{SystemSitePackages: true}
+			return p
+		}, []string{"n0,n1 true"}},
+		{"at and env cut together", func() *Plan {
+			p := cutPlan("cpu", "torch", "torch")
+			p.Env = sys
+			p.Nodes[0].Env = bare
+			return p
+		}, []string{"n0 false", "n1,n2 true"}},
+		{"client is a place of its own", func() *Plan {
+			p := cutPlan("", "", "")
+			p.Nodes[1].At = &Ask{Client: true}
+			p.Nodes[2].At = &Ask{Client: true}
+			return p
+		}, []string{"n0 false", "n1,n2 false"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			segs, err := CutPlan(tc.plan())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, s := range segs {
+				got = append(got, nodeIDs(s.Plan.Nodes)+" "+strconv.FormatBool(s.Plan.Env.SystemSitePackages))
+				for _, n := range s.Plan.Nodes {
+					if n.Env != nil || n.At != nil {
+						t.Errorf("segment %s: node %s keeps Env %+v, At %+v", s.Plan.ID, n.ID, n.Env, n.At)
+					}
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("segments = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestCutPlanRoutesStates: each state goes to the segment of its node,
 // with that segment's requirement.
 func TestCutPlanRoutesStates(t *testing.T) {
@@ -134,6 +199,10 @@ at = { tags = ["torch"], gpus = 1, cpus = 2, memory = 1024 }
 	if err != nil || p.Nodes[1].At.Memory != 16<<30 {
 		t.Fatalf("memory = \"16GiB\": %v, %+v", err, p)
 	}
+	p, err = ParsePlan([]byte(strings.Replace(text, `at = { tags = ["torch"], gpus = 1, cpus = 2, memory = 1024 }`, "at = { client = true }\n[nodes.env]\nrequirements = [\"x==1\"]\nno_index = true", 1)), dir)
+	if err != nil || !p.Nodes[1].At.Client || p.Nodes[0].Env != nil || p.Nodes[1].Env == nil || !p.Nodes[1].Env.NoIndex || !slices.Equal(p.Nodes[1].Env.Requirements, []string{"x==1"}) {
+		t.Fatalf("at client and [nodes.env]: %v, %+v", err, p)
+	}
 	for _, bad := range []struct{ text, want string }{
 		{strings.Replace(text, `tags = ["torch"]`, `tags = ["a b"]`, 1), `node "b": at.tags: tag "a b"`},
 		{strings.Replace(text, `gpus = 1`, `gpus = -1`, 1), `at: gpus -1`},
@@ -141,6 +210,8 @@ at = { tags = ["torch"], gpus = 1, cpus = 2, memory = 1024 }
 		{"ref_outputs = [\"a\"]\n" + text, `ref_outputs: "a" is not one of the plan's outputs`},
 		{strings.Replace(text, `memory = 1024`, `memory = "lots"`, 1), `node "b": at.memory = lots: want bytes or a size`},
 		{strings.Replace(text, `memory = 1024`, `memory = -1`, 1), `at.memory = -1`},
+		{strings.Replace(text, `gpus = 1,`, `client = true, gpus = 1,`, 1), `node "b": at = { client = true } with tags`},
+		{text + "[nodes.env]\nsystem_site_package = true\n", `unknown keys nodes.env.system_site_package`},
 	} {
 		if _, err := ParsePlan([]byte(bad.text), dir); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("ParsePlan: err %v, want one containing %q", err, bad.want)

@@ -152,6 +152,7 @@ type nodeFile struct {
 	Config map[string]any `toml:"config"`
 	Inputs []string       `toml:"inputs"`
 	At     *atFile        `toml:"at"`
+	Env    *envFile       `toml:"env"`
 }
 
 // atFile is a node's at = { tags = [...], gpus = N, cpus = N, memory = SIZE }.
@@ -160,6 +161,7 @@ type atFile struct {
 	GPUs   int      `toml:"gpus"`
 	CPUs   int      `toml:"cpus"`
 	Memory any      `toml:"memory"` // bytes, or a size such as "16GiB"
+	Client bool     `toml:"client"`
 }
 
 // ParseSize reads 512MiB, 64GiB, 1.5TB or a plain byte count.
@@ -274,7 +276,14 @@ func ParsePlan(text []byte, dir string) (*Plan, error) {
 			if err != nil {
 				return nil, err
 			}
-			node.At = &Ask{GPUs: n.At.GPUs, CPUs: n.At.CPUs, Memory: mem, Tags: n.At.Tags}
+			if n.At.Client && (len(n.At.Tags) > 0 || n.At.GPUs > 0 || n.At.CPUs > 0 || mem > 0) {
+				return nil, fmt.Errorf("%w: node %q: at = { client = true } with tags, gpus, cpus or memory: the client is the machine running soma run, never placed; drop one or the other", ErrInvalidPlan, n.ID)
+			}
+			node.At = &Ask{GPUs: n.At.GPUs, CPUs: n.At.CPUs, Memory: mem, Tags: n.At.Tags, Client: n.At.Client}
+		}
+		if n.Env != nil {
+			env := EnvRequest(*n.Env)
+			node.Env = &env
 		}
 		p.Nodes = append(p.Nodes, node)
 		names = append(names, n.File)

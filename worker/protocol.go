@@ -131,6 +131,12 @@ type Node struct {
 	// means the plan's Resources. Only placement reads it: CutPlan cuts
 	// a plan into segments of nodes with the same requirement.
 	At *Ask `msgpack:"at,omitempty"`
+	// Env is the Python environment the node needs (a plan file's
+	// [nodes.env]); nil means the plan's Env. Like At, only CutPlan
+	// reads it: consecutive nodes with the same at and env form one
+	// segment, which runs with that env, so that one plan can train in
+	// a bare venv on one worker and with system packages on another.
+	Env *EnvRequest `msgpack:"env,omitempty"`
 }
 
 // File is a Python file shipped with a plan. Content may be empty when the
@@ -169,6 +175,12 @@ type Ask struct {
 	// itself does not check them (a plan run locally, or sent straight
 	// with --worker, runs wherever it is sent).
 	Tags []string `msgpack:"tags,omitempty"`
+	// Client, from a node's at = { client = true }, asks for the
+	// process that runs the plan (soma run), never a worker: soma run
+	// runs such a segment in its own local Python, beside the workers
+	// it places the other segments on. Placement never sees it; a
+	// worker sent such a plan straight runs it like any other.
+	Client bool `msgpack:"client,omitempty"`
 }
 
 // Kind is the kind of a Value.

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -51,6 +53,10 @@ EXAMPLES:
    soma run --worker http://127.0.0.1:7070 examples/worker-digits/fit.toml
    soma run --worker http://node12:7070 --token-file ~/.soma/token plan.toml --json
    soma run --worker URL forward.toml --state scale=blob:sha256:9f86... --save-dir out/
+   soma-trial --root study --study s --param "lr=float:1e-3:0.1:log" -- \
+     soma run ROOT plan.toml --id s-{trial}.{attempt} --param embed.lr={lr} --score acc
+                                      (a study over a plan: --param sets a node's
+                                      config, --score prints an output last)
 
 A PLAN FILE (paths relative to it):
    id = "digits-fit"
@@ -79,7 +85,10 @@ A PLAN FILE (paths relative to it):
    inputs = ["scale"]
    at = { tags = ["torch"], gpus = 1 } # optional: where this node runs; soma run ROOT
                                       #   cuts the plan into segments by it (values
-                                      #   cross the cut as blobs of ROOT)
+                                      #   cross the cut as blobs of ROOT);
+                                      #   at = { client = true }: in soma run's Python
+   [nodes.env]                        # optional: this node's env (as [env]); a
+   system_site_packages = false       #   change of env cuts the plan too
    [nodes.config]                     # keyword arguments of the class
    k = 3`
 
@@ -99,6 +108,9 @@ func newRunCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 			&cli.StringSliceFlag{Name: "state", Usage: "NODE=blob:sha256:... a trained state to load (repeatable; overrides the plan's [states])"},
 			&cli.StringFlag{Name: "save-dir", Usage: "write each array output to DIR/NODE.npy"},
+			&cli.StringSliceFlag{Name: "param", Usage: "NODE.KEY=VALUE: set a key of a node's [nodes.config] (repeatable; VALUE is an integer, a number, true/false, or else a string)"},
+			&cli.StringFlag{Name: "id", Usage: "run the plan under this id instead of the plan file's (a study's objective: --id NAME-{trial}.{attempt}, since a worker refuses a second plan of a running plan's id)"},
+			&cli.StringFlag{Name: "score", Usage: "NODE: print output NODE (one number) as the last line of stdout, the score soma-trial reads from an objective"},
 		},
 		Action: runPlan,
 	}
@@ -131,8 +143,23 @@ func runPlan(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if id := c.String("id"); id != "" {
+		p.ID = id // checked by applyStates' ValidatePlan
+	}
+	if err := applyParams(p, c.StringSlice("param")); err != nil {
+		return err
+	}
 	if err := applyStates(p, c.StringSlice("state")); err != nil {
 		return err
+	}
+	score := c.String("score")
+	if score != "" {
+		if c.Bool("json") {
+			return usagef("--score and --json: give one (--score's number must be stdout's last line)")
+		}
+		if !slices.Contains(p.Outputs, score) && (len(p.Outputs) > 0 || p.Nodes[len(p.Nodes)-1].ID != score) {
+			return usagef("--score %s: not an output of plan %s (add it to outputs = [...])", score, p.ID)
+		}
 	}
 	token := ""
 	if f := c.String("token-file"); f != "" {
@@ -155,10 +182,17 @@ func runPlan(c *cli.Context) error {
 			return usagef("plan %s has nodes with different at = {...} (%d segments): the values crossing between them go through the store; give ROOT (or --root)", p.ID, len(segs))
 		}
 		for _, s := range segs {
-			fmt.Fprintf(c.App.ErrWriter, "soma run: segment %s: nodes %s, needs %s\n", s.Plan.ID, nodeList(s.Plan), s.Plan.Requirement())
+			needs := s.Plan.Requirement().String()
+			if s.Plan.Resources.Client {
+				needs = "the client (runs here)"
+			}
+			fmt.Fprintf(c.App.ErrWriter, "soma run: segment %s: nodes %s, needs %s\n", s.Plan.ID, nodeList(s.Plan), needs)
 		}
 	}
 	res, err := worker.RunCut(c.Context, p, segs, func(ctx context.Context, sp *worker.Plan) (*worker.Result, error) {
+		if sp.Resources.Client {
+			return runLocally(c, store, sp, "nodes "+nodeList(sp)+" ask for the client (at = { client = true })")
+		}
 		if direct != "" {
 			return runOn(ctx, direct, token, store, sp, nil)
 		}
@@ -183,7 +217,81 @@ func runPlan(c *cli.Context) error {
 	if res.State != worker.StateSucceeded {
 		return errPlanFailed{res.State}
 	}
+	if score != "" {
+		x, err := scoreOf(res.Outputs[score])
+		if err != nil {
+			return fmt.Errorf("--score %s: %w", score, err)
+		}
+		fmt.Fprintln(c.App.Writer, strconv.FormatFloat(x, 'g', -1, 64))
+	}
 	return nil
+}
+
+// applyParams sets node config keys from --param NODE.KEY=VALUE, so that
+// an objective of soma-trial can run one plan file at many points
+// (soma run ROOT plan.toml --param embed.lr={lr}). A node that is not in
+// the plan is refused: a typo must not run the default. A key that is
+// not in [nodes.config] is added (a filter's defaults live in its
+// __init__, whose TypeError names a misspelt keyword).
+func applyParams(p *worker.Plan, specs []string) error {
+	for _, s := range specs {
+		lhs, val, ok := strings.Cut(s, "=")
+		node, key, ok2 := strings.Cut(lhs, ".")
+		if !ok || !ok2 || node == "" || key == "" {
+			return usagef("--param %q: want NODE.KEY=VALUE (e.g. --param embed.lr=0.01)", s)
+		}
+		i := slices.IndexFunc(p.Nodes, func(n worker.Node) bool { return n.ID == node })
+		if i < 0 {
+			return usagef("--param %q: plan %s has no node %q (nodes: %s)", s, p.ID, node, nodeList(p))
+		}
+		n := &p.Nodes[i]
+		cfg := make(map[string]any, len(n.Config)+1)
+		maps.Copy(cfg, n.Config) // the plan's map may be shared
+		cfg[key] = paramValue(val)
+		n.Config = cfg
+	}
+	return nil
+}
+
+// paramValue reads VALUE as TOML would type it: an integer stays an int
+// (a layer width must not arrive in Python as 16.0), then a float, a
+// bool, and anything else is a string.
+func paramValue(s string) any {
+	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return i
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		return f
+	}
+	if b, err := strconv.ParseBool(s); err == nil && (s == "true" || s == "false") {
+		return b
+	}
+	return s
+}
+
+// scoreOf reads one number from an output: a plain number (an object) or
+// an array of one element.
+func scoreOf(v worker.Value) (float64, error) {
+	switch v.Kind {
+	case worker.KindObject:
+		switch x := v.Object.(type) {
+		case float64:
+			return x, nil
+		case int64:
+			return float64(x), nil
+		case int8, int16, int32, int, uint8, uint16, uint32, uint64, float32:
+			return strconv.ParseFloat(fmt.Sprint(x), 64)
+		}
+		return 0, fmt.Errorf("output is %s, not a number", describe(v))
+	case worker.KindArray:
+		if v.Ref == "" && elements(v) == 1 {
+			vals, err := numbers(v, 1)
+			if err == nil {
+				return strconv.ParseFloat(fmt.Sprint(vals[0]), 64)
+			}
+		}
+	}
+	return 0, fmt.Errorf("output is %s; want one number (return a float from forward)", describe(v))
 }
 
 // runOn sends p to the worker at url and waits for its result. With a
@@ -268,7 +376,7 @@ func placeAndRun(c *cli.Context, store *fsstore.Store, coord, token string, p *w
 func runLocally(c *cli.Context, store *fsstore.Store, p *worker.Plan, why string) (*worker.Result, error) {
 	python := c.String("python")
 	if python == "" {
-		return nil, fmt.Errorf("%s, and no Python to run plan %s here: pass --python /usr/bin/python3 or set SOMA_PYTHON (or start soma-worker --root %s)", why, p.ID, store.Root())
+		return nil, fmt.Errorf("%s, and no Python to run plan %s here: pass --python /usr/bin/python3 or set SOMA_PYTHON (or start a soma-worker)", why, p.ID)
 	}
 	base := filepath.Join(os.TempDir(), "soma-run-"+strconv.Itoa(os.Getuid()))
 	fmt.Fprintf(c.App.ErrWriter, "soma run: %s; running plan %s here, with %s (venvs under %s)\n", why, p.ID, python, base)
