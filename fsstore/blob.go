@@ -189,7 +189,7 @@ func (s *Store) Get(ctx context.Context, d Digest) ([]byte, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil, &CorruptError{Digest: d, Path: p, Err: ErrForeign}
 	}
-	b, err := readAllRaw(fd, make([]byte, 0, st.Size+1))
+	b, err := readSized(fd, make([]byte, 0, st.Size+1), st.Size)
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", d, err)
 	}

@@ -145,6 +145,15 @@ func (c *upDirs) get(rel string, open func() (int, error)) (int, bool) {
 	return fd, true
 }
 
+// kept returns the descriptor of folder rel if it is kept, without
+// opening it.
+func (c *upDirs) kept(rel string) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fd, ok := c.fds[rel]
+	return fd, ok
+}
+
 // drop sets aside fd, found removed, as the folder rel: the next get
 // opens rel again.
 func (c *upDirs) drop(rel string, fd int) {

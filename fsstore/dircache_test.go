@@ -278,3 +278,75 @@ func metaV(b Bound) string {
 	v, _ := b.Meta.Get("v")
 	return v
 }
+
+// Children of a folder that reads keep open (upDirs: a study's trial
+// folder) lists it through that descriptor, not by walking its path
+// again (issue 18: Next lists the trial folder each time it finds a
+// number taken, and on NFS without a lookup cache each component of the
+// path is a round trip). So a folder renamed by hand after a read is
+// still the one listed, as it is still the one read; one removed is
+// noticed (its listing is empty and it is no longer in the tree), and the
+// folder at the path, made anew, is listed.
+func TestChildrenThroughKeptFolder(t *testing.T) {
+	ctx := context.Background()
+	d := Sum([]byte("x"))
+	bind := func(t *testing.T, s *Store, names ...string) {
+		t.Helper()
+		for _, n := range names {
+			if _, err := s.Bind(ctx, n, d, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	children := func(t *testing.T, s *Store, prefix string) string {
+		t.Helper()
+		kids, err := s.Children(ctx, prefix)
+		if err != nil {
+			t.Fatalf("Children(%s): %v", prefix, err)
+		}
+		return fmt.Sprint(kids)
+	}
+	// A reader with a Store of its own, as another process (the writer's
+	// Store reads through the folders its writes left open instead).
+	reader := func(t *testing.T, w *Store) *Store {
+		t.Helper()
+		s, err := Open(w.Root(), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	t.Run("renamed", func(t *testing.T) {
+		w := newStore(t)
+		bind(t, w, "st/t/1/0", "st/t/2/0")
+		s := reader(t, w)
+		if _, err := s.Resolve(ctx, "st/t/1/0"); err != nil { // keeps names/st/t
+			t.Fatal(err)
+		}
+		dir := filepath.Join(s.Root(), "names", "st", "t")
+		if err := os.Rename(dir, dir+"-moved"); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := children(t, s, "st/t"), "[1 2]"; got != want {
+			t.Errorf("Children(st/t) after the folder was renamed = %s, want %s (the kept folder, as reads see it)", got, want)
+		}
+	})
+	t.Run("removed", func(t *testing.T) {
+		w := newStore(t)
+		bind(t, w, "st/t/1/0")
+		s := reader(t, w)
+		if _, err := s.Resolve(ctx, "st/t/1/0"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(filepath.Join(s.Root(), "names", "st", "t")); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := children(t, s, "st/t"), "[]"; got != want {
+			t.Errorf("Children(st/t) once removed = %s, want %s", got, want)
+		}
+		bind(t, w, "st/t/7/0")
+		if got, want := children(t, s, "st/t"), "[7]"; got != want {
+			t.Errorf("Children(st/t) once made anew = %s, want %s", got, want)
+		}
+	})
+}

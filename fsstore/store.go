@@ -849,7 +849,7 @@ func (s *Store) readRecordOnce(name string) (Bound, error) {
 	if st.Size >= int64(len(buf)) {
 		b = make([]byte, 0, st.Size+1)
 	}
-	b, err = readAllRaw(fd, b)
+	b, err = readSized(fd, b, st.Size)
 	if err != nil {
 		return Bound{}, fmt.Errorf("resolve %s: read %s: %w", name, path, replaced(err))
 	}

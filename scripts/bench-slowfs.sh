@@ -60,8 +60,11 @@ results=$top/results.jsonl
 start=$SECONDS
 for p in $PS; do
     counts >/dev/null
-    if r=$("$top/bin/benchfloor" soma -bin "$top/bin/soma-trial" -root "$mnt/soma-$p" -n "$N" -p "$p" -- "${OBJ[@]}"); then
-        echo "{\"run\": $r, \"ops\": $(counts)}" >>"$results"
+    # The counts are taken (-ops) when the runners have exited, before
+    # benchfloor reads the study back to check it.
+    if r=$("$top/bin/benchfloor" soma -bin "$top/bin/soma-trial" -root "$mnt/soma-$p" -n "$N" -p "$p" \
+        -ops "bash scripts/slowfs.sh counts '$mnt' --reset" -- "${OBJ[@]}"); then
+        echo "{\"run\": $r}" >>"$results"
     else
         echo "soma at P=$p failed (above)" >&2
     fi
@@ -110,7 +113,8 @@ def meta(ops):
 print("| runner | P | trials/s | metadata ops per trial | by kind, per trial | exact budget | crashes |")
 print("|---|--:|--:|--:|---|:-:|--:|")
 for r in runs:
-    run, ops = r["run"], meta(r["ops"])
+    run = r["run"]
+    ops = meta(run["ops"] if "ops" in run else r["ops"])
     trials = max(run.get("ran") or 0, 1)
     kinds = ", ".join("%s %.1f" % (k, v / trials) for k, v in sorted(ops.items(), key=lambda kv: -kv[1]))
     print("| %s | %d | %.1f | %.1f | %s | %s | %d |" % (

@@ -104,13 +104,6 @@ func (s *Study) setBudget(budget int) {
 	if int64(l) > s.ceiling.Load() {
 		s.ceiling.Store(int64(l))
 	}
-	// sealedEnded counts the sealed trials below the limit.
-	s.sealedEnded = 0
-	for n := range s.sealed {
-		if n < l {
-			s.sealedEnded++
-		}
-	}
 }
 
 // Budget returns the budget in force: the newest version's.

@@ -236,7 +236,6 @@ func (s *Study) loadPacks(ctx context.Context, snap *Snapshot) error {
 				rec := &r.recs[j]
 				s.packs.covered[rec.Number] = true
 				s.final[rec.Number] = *rec
-				s.unseal(rec.Number)
 			}
 			s.finalList = r.recs
 			continue
@@ -253,7 +252,6 @@ func (s *Study) loadPacks(ctx context.Context, snap *Snapshot) error {
 				s.finalList = slices.DeleteFunc(s.finalList, func(x Record) bool { return x.Number == rec.Number })
 			}
 			s.final[rec.Number] = *rec
-			s.unseal(rec.Number)
 			if k := len(s.finalList); sorted && k > 0 && s.finalList[k-1].Number > rec.Number {
 				sorted = false
 			}

@@ -263,7 +263,6 @@ type trialRead struct {
 	n, attempt int
 	rec        Record
 	found      bool
-	sealed     bool    // with hints: the latest attempt is sealed (ended); rec not read
 	foreign    []error // *ForeignError: names in the trial's folder that are not attempts
 	err        error   // *RecordError or *fsstore.CorruptError: unreadable record
 	fatal      error   // the read itself failed
@@ -289,42 +288,41 @@ func (res *trialRead) fail(err error) {
 // Next, which reads every trial other processes ran; stray files in the
 // trial's folder then go uncounted (Foreign).
 //
-// With probe and hints, a latest attempt whose record is sealed (it ended
-// the trial: Run.write) is not read: res.sealed says the trial ended. For
-// looks that need no ended trial's record (Next with an index sampler):
-// at the end of a budget shared by 8 processes, each learns of the
-// others' ~875 trials, and a stat costs a fraction of a read (open,
-// fstat, read, close, decode; on NFS, round trips).
+// With probe and hints, the highest attempt known is read first, and if
+// it ended the trial, nothing more is looked at: no look for a later
+// attempt. (A later attempt can exist only if it was claimed while this
+// one looked stale, and this one's late runner ended it after: this look
+// then counts the trial ended while the retry runs; the retry still
+// records, and other looks see it.) For looks that need no more than
+// that (Next with an index sampler): at the end of a budget shared by 8
+// processes each learns of the others' ~875 trials.
+//
+// Bug (issue 18, in round trips): hints used to stat the sealed record
+// only (fsstore.Probe: its mode says it ended), and checkSealed then read
+// each such record anyway before Next said the budget was reached (a
+// record damaged in place keeps its mode): a stat, then a look for the
+// next attempt and a read, about 10 file-server operations per trial
+// and process, where this read is 5. At P=8 on the slow-filesystem
+// harness that was 70 of a trial's 126 operations.
 func (s *Study) readLatest(ctx context.Context, n int, probe, hints bool) trialRead {
 	res := trialRead{n: n, attempt: -1}
 	if probe {
 		s.mu.Lock()
 		a := s.highest[n]
 		s.mu.Unlock()
-		last := fsstore.Missing // the presence of attempt a, once probed
+		var first trialRead // attempt a's read, if hints
 		if hints {
-			// The highest attempt known first: sealed, the trial has
-			// ended, and one stat said so. (A later attempt can exist
-			// only if it was claimed while this one looked stale, and
-			// this one's late runner sealed it after: this look then
-			// counts the trial ended while the retry runs; the retry
-			// still records, and other looks see it.) Missing: no later
-			// attempt either (attempts are claimed in order).
-			p, err := s.store.Probe(ctx, s.names.attempt(n, a))
-			if err != nil {
-				res.attempt = a
-				res.fail(err)
-				return res
+			first = s.readAttempt(ctx, n, a)
+			switch {
+			case first.fatal != nil:
+				return first
+			case first.found && first.rec.Final(s.spec.MaxRetries):
+				return first
+			case first.err == nil && !first.found:
+				// Missing: no later attempt either (attempts are
+				// claimed in order).
+				return first
 			}
-			res.attempt = a
-			switch p {
-			case fsstore.Sealed:
-				res.sealed = true
-				return res
-			case fsstore.Missing:
-				return res
-			}
-			last = p
 		}
 		for {
 			p, err := s.store.Probe(ctx, s.names.attempt(n, a+1))
@@ -337,13 +335,11 @@ func (s *Study) readLatest(ctx context.Context, n int, probe, hints bool) trialR
 				break
 			}
 			a++
-			last = p
+		}
+		if hints && a == first.attempt {
+			return first // no later attempt: the one read is the latest
 		}
 		res.attempt = a
-		if hints && last == fsstore.Sealed {
-			res.sealed = true
-			return res
-		}
 	} else {
 		kids, err := s.store.Children(ctx, s.names.trial(n))
 		if err != nil {
@@ -369,8 +365,16 @@ func (s *Study) readLatest(ctx context.Context, n int, probe, hints bool) trialR
 	if res.attempt < 0 {
 		return res
 	}
-	name := s.names.attempt(n, res.attempt)
-	b, err := s.store.Resolve(ctx, name)
+	rd := s.readAttempt(ctx, n, res.attempt)
+	rd.foreign = res.foreign
+	return rd
+}
+
+// readAttempt reads attempt a of trial n: found false and no error if it
+// is not bound.
+func (s *Study) readAttempt(ctx context.Context, n, a int) trialRead {
+	res := trialRead{n: n, attempt: a}
+	b, err := s.store.Resolve(ctx, s.names.attempt(n, a))
 	var ce *fsstore.CorruptError
 	switch {
 	case errors.Is(err, fsstore.ErrNotFound):
@@ -382,7 +386,7 @@ func (s *Study) readLatest(ctx context.Context, n int, probe, hints bool) trialR
 		res.fatal = err
 		return res
 	}
-	rec, err := decodeRecord(s.name, s.spec.Space, n, res.attempt, b)
+	rec, err := decodeRecord(s.name, s.spec.Space, n, a, b)
 	if err != nil {
 		res.err = err
 		return res
@@ -512,12 +516,8 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 	s.mu.Lock()
 	// Trial numbers known from packs or earlier reads count as present
 	// even where a lagging listing misses them.
-	if len(s.finalList)+len(s.sealed) > 0 {
-		ended := numbers(s.finalList)
-		if len(s.sealed) > 0 {
-			ended = mergeInts(ended, slices.Sorted(maps.Keys(s.sealed)))
-		}
-		present = mergeInts(present, ended)
+	if len(s.finalList) > 0 {
+		present = mergeInts(present, numbers(s.finalList))
 	}
 	// Clipped: this look appends more to its own list; the next quick
 	// looks share this one.
@@ -528,15 +528,12 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 	})
 	snap.learned = s
 	s.mu.Unlock()
-	// A look that needs every trial's record reads those known ended
-	// only by their sealed record; one that does not skips them.
+	// A look that needs no more than whether a trial ended reads its
+	// highest known attempt first (readLatest).
 	hints := want.probe && !trials
 	known := func(n int) bool {
-		if _, ok := s.final[n]; ok {
-			return true
-		}
-		_, ok := s.sealed[n]
-		return ok && hints
+		_, ok := s.final[n]
+		return ok
 	}
 	var todo []int
 	s.mu.Lock()
@@ -573,10 +570,6 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 		if rd.err != nil {
 			snap.Corrupt = append(snap.Corrupt, rd.err)
 			snap.broken[rd.n] = rd.attempt
-			continue
-		}
-		if rd.sealed {
-			s.addSealed(rd.n, rd.attempt)
 			continue
 		}
 		if !rd.found {
@@ -624,12 +617,9 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 }
 
 // ended reports whether this Study knows trial n has ended: its record
-// is cached, or its latest attempt was seen sealed. The caller holds s.mu.
+// is cached. The caller holds s.mu.
 func (s *Study) ended(n int) bool {
-	if _, ok := s.final[n]; ok {
-		return true
-	}
-	_, ok := s.sealed[n]
+	_, ok := s.final[n]
 	return ok
 }
 
@@ -637,34 +627,7 @@ func (s *Study) ended(n int) bool {
 // The caller holds s.mu.
 func (s *Study) endedCount() int {
 	n, _ := slices.BinarySearchFunc(s.finalList, s.lim(), func(r Record, n int) int { return r.Number - n })
-	return n + s.sealedEnded
-}
-
-// addSealed notes that trial n ended with attempt a, seen sealed and not
-// read (readLatest). The caller holds s.mu.
-func (s *Study) addSealed(n, a int) {
-	if _, ok := s.final[n]; ok {
-		return
-	}
-	if old, ok := s.sealed[n]; ok && old >= a {
-		return
-	}
-	if _, ok := s.sealed[n]; !ok && n < s.lim() {
-		s.sealedEnded++
-	}
-	s.sealed[n] = a
-	s.beats.forget(n)
-}
-
-// unseal forgets that trial n was known ended only by its sealed record:
-// its record is now cached. The caller holds s.mu.
-func (s *Study) unseal(n int) {
-	if _, ok := s.sealed[n]; ok {
-		delete(s.sealed, n)
-		if n < s.lim() {
-			s.sealedEnded--
-		}
-	}
+	return n
 }
 
 // numbers returns the trial numbers of recs.
@@ -683,7 +646,6 @@ func (s *Study) addFinal(r Record) {
 		return
 	}
 	s.final[r.Number] = r
-	s.unseal(r.Number)
 	s.beats.forget(r.Number)
 	// Trials mostly end in number order: appending is the common case.
 	i, found := slices.BinarySearchFunc(s.finalList, r.Number, func(x Record, n int) int { return x.Number - n })
@@ -707,7 +669,6 @@ func (s *Study) addFinals(recs []Record) {
 			continue
 		}
 		s.final[r.Number] = r
-		s.unseal(r.Number)
 		s.beats.forget(r.Number)
 		add = append(add, r)
 	}

@@ -167,9 +167,9 @@ func (r *Run) write(ctx context.Context, f fields, curve []Step, reason string) 
 	}
 	bind := r.s.store.Bind
 	if (&Record{State: f.state, Failures: f.fails}).Final(r.s.spec.MaxRetries) {
-		// The record that ends the trial is never rewritten: sealed, so
-		// that other processes' looks count it ended with one stat
-		// (readLatest) instead of reading it.
+		// The record that ends the trial is never rewritten: sealed (a
+		// hint in its mode, fsstore.Probe). Next's looks read it anyway
+		// (readLatest): a record damaged in place keeps its mode.
 		bind = r.s.store.Seal
 	}
 	b, err := bind(ctx, r.Name(), blob, f.meta())

@@ -177,19 +177,17 @@ type Study struct {
 	// not be safe for concurrent use.
 	askMu sync.Mutex
 
-	mu          sync.Mutex
-	emptyBlob   fsstore.Digest
-	final       map[int]Record // trials whose latest attempt is final: never re-read
-	mine        map[int]bool   // trials this Study ended itself (Run.Finish), for Pack's Own
-	sealed      map[int]int    // trials seen ended by their sealed record, not read: number -> attempt
-	sealedEnded int            // how many of them are below limit
-	finalList   []Record       // the same, sorted by number
-	highest     map[int]int    // highest attempt seen per trial (listings may lag)
-	curves      map[fsstore.Digest]curveBlob
-	packs       packCache
-	lowFree     int  // every trial number below it exists in the store
-	contended   bool // this process lost a race for a new trial number
-	noPacks     bool // test seam: read every trial from its folder
+	mu        sync.Mutex
+	emptyBlob fsstore.Digest
+	final     map[int]Record // trials whose latest attempt is final: never re-read
+	mine      map[int]bool   // trials this Study ended itself (Run.Finish), for Pack's Own
+	finalList []Record       // the same, sorted by number
+	highest   map[int]int    // highest attempt seen per trial (listings may lag)
+	curves    map[fsstore.Digest]curveBlob
+	packs     packCache
+	lowFree   int  // every trial number below it exists in the store
+	contended bool // this process lost a race for a new trial number
+	noPacks   bool // test seam: read every trial from its folder
 
 	// What the last look found, which Next reuses for a while (look):
 	// the listing of the trial folder and the trials that had not ended;
@@ -401,7 +399,6 @@ func newStudy(store Store, name string, spec *Spec, opts Options) (*Study, error
 		clock:   newServerClock(grace),
 		final:   make(map[int]Record),
 		mine:    make(map[int]bool),
-		sealed:  make(map[int]int),
 		highest: make(map[int]int),
 		curves:  make(map[fsstore.Digest]curveBlob),
 		packs:   packCache{loaded: make(map[string]packInfo), covered: make(map[int]bool), foreign: make(map[string][]error)},

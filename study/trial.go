@@ -207,87 +207,13 @@ func (s *Study) next(ctx context.Context, who Who, quick bool) (*Run, error) {
 		}
 	}
 	if ended == s.lim() {
-		// Before saying so, read what was only seen sealed (checkSealed).
-		broken, changed, err := s.checkSealed(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, n := range sortedKeys(broken) {
-			run, err := s.retry(ctx, n, broken[n], nil, who)
-			if err == nil || !errors.Is(err, ErrTaken) {
-				return run, err
-			}
-		}
-		if !changed {
-			return nil, fmt.Errorf("%w: study %s: all %d trials ended", ErrBudgetReached, s.name, s.lim())
-		}
-		// Retried elsewhere meanwhile, or not ended after all: the next
-		// look sees how they stand.
-		s.mu.Lock()
-		ended = s.endedCount()
-		s.mu.Unlock()
-		return nil, &NoWorkError{Study: s.name, Ended: ended, Running: s.lim() - ended, Limit: s.lim()}
+		// Every trial's latest record was read and ended it (readLatest:
+		// a record that cannot be read ends nothing, and is retried).
+		return nil, fmt.Errorf("%w: study %s: all %d trials ended", ErrBudgetReached, s.name, s.lim())
 	}
 	// Trials still running, or folders listed without a readable record
 	// yet (being taken right now, or a listing that lags).
 	return nil, &NoWorkError{Study: s.name, Ended: ended, Running: running, Limit: s.lim(), RetryAfter: wait}
-}
-
-// checkSealed reads the latest record of each trial this Study knows
-// ended only from its sealed mode (readLatest's hints: one stat, no
-// read), for Next to call before it says the budget is reached. A sealed
-// record damaged in place (bit rot, an edit that keeps the file) keeps
-// its mode, and a record that cannot be read ends nothing. (Bug: such a
-// trial counted ended and was never run again; soma-trial said only "the
-// budget is reached" while soma status, which reads every record, showed
-// "1 corrupt" and one trial short.) Each trial is read once: a readable
-// ended record is cached (addFinals) like any other.
-//
-// It returns the trials whose latest record cannot be read, with that
-// attempt, for Next to retry, and whether any trial turned out not to
-// have ended (those unreadable, or whose latest attempt runs: a retry
-// taken meanwhile); those are no longer known ended.
-func (s *Study) checkSealed(ctx context.Context) (broken map[int]int, changed bool, err error) {
-	s.mu.Lock()
-	todo := make([]int, 0, len(s.sealed))
-	for n := range s.sealed {
-		if n < s.lim() {
-			todo = append(todo, n)
-		}
-	}
-	s.mu.Unlock()
-	if len(todo) == 0 {
-		return nil, false, nil
-	}
-	reads := make([]trialRead, len(todo))
-	forEach(ctx, len(todo), readWorkers, func(i int) { reads[i] = s.readLatest(ctx, todo[i], true, false) })
-	if err := ctx.Err(); err != nil {
-		return nil, false, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	broken = make(map[int]int)
-	var ended []Record
-	var bad []error
-	for _, rd := range reads {
-		if rd.fatal != nil {
-			return nil, false, fmt.Errorf("study %s: trial %d: %w", s.name, rd.n, rd.fatal)
-		}
-		s.highest[rd.n] = max(s.highest[rd.n], rd.attempt)
-		switch {
-		case rd.err != nil:
-			broken[rd.n] = rd.attempt
-			bad = append(bad, rd.err)
-		case rd.found && rd.rec.Final(s.spec.MaxRetries):
-			ended = append(ended, rd.rec)
-			continue
-		}
-		s.unseal(rd.n)
-		changed = true
-	}
-	s.addFinals(ended)
-	s.notice(bad)
-	return broken, changed, nil
 }
 
 // spreadWindow is how many of the lowest free trial numbers concurrent

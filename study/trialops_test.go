@@ -2,6 +2,7 @@ package study
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -161,5 +162,39 @@ func TestClaimLooksFirstOnceContended(t *testing.T) {
 	}
 	if got := cb.Stats.Load(); got < 1 {
 		t.Errorf("Next once contended: %d stats, want at least 1 (a look before each claim)", got)
+	}
+}
+
+// What Next costs at the end of a budget that other processes ran: one
+// read of each trial's latest record, and no more. Bug (issue 18, in
+// round trips): Next stat'ed each sealed record (fsstore.Probe), then,
+// before it said the budget was reached, looked for a later attempt and
+// read the record anyway (a record damaged in place keeps its mode): 3
+// store operations per trial where 1 will do, about 10 file-server
+// operations where 5 will; at P=8 on the slow-filesystem harness, 70 of
+// a trial's 126.
+func TestEndOfBudgetReadsEachTrialOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const n = 6
+	c := fsstore.NewCounter(doneStudy(t, n))
+	s := recOpen(t, c, "s", nil, 0)
+	c.Reset()
+	if _, err := s.Next(ctx, recWho); !errors.Is(err, ErrBudgetReached) {
+		t.Fatalf("Next = %v, want ErrBudgetReached", err)
+	}
+	if got := c.Resolves.Load(); got != n {
+		t.Errorf("Resolves = %d, want %d (each trial's latest record once)", got, n)
+	}
+	// The one stat: the look's for the study's changes (refreshChanges).
+	if got := c.Stats.Load(); got != 1 {
+		t.Errorf("Stats = %d, want 1 (an ended record needs no look for a later attempt)", got)
+	}
+	c.Reset()
+	if _, err := s.Next(ctx, recWho); !errors.Is(err, ErrBudgetReached) {
+		t.Fatalf("Next again = %v, want ErrBudgetReached", err)
+	}
+	if got := c.Resolves.Load(); got != 0 {
+		t.Errorf("Next again: %d reads, want none (ended records are kept)", got)
 	}
 }

@@ -85,6 +85,10 @@ type Result struct {
 	Exact   bool           `json:"exact"`   // exactly N trials, each run once
 	Crashes int            `json:"crashes"` // runner processes that exited non-zero
 	Errors  []string       `json:"errors,omitempty"`
+	// Ops is what soma's -ops command printed (one JSON value), run when
+	// the runners have exited and before the study is read back: the
+	// file-server operations of the runners alone (scripts/bench-slowfs.sh).
+	Ops json.RawMessage `json:"ops,omitempty"`
 }
 
 // procs starts one process per argv at once and waits for all of them,
@@ -325,6 +329,7 @@ func soma(args []string) error {
 	n := fl.Int("n", 1000, "the budget")
 	p := fl.Int("p", 1, "soma-trial processes")
 	extra := fl.String("flags", "", "more soma-trial flags, space-separated")
+	opsCmd := fl.String("ops", "", "a command (run by sh -c) to run once the runners have exited, before the study is read back; its output, one JSON value, is the result's ops")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -353,6 +358,18 @@ func soma(args []string) error {
 		return err
 	}
 	res := Result{Kind: "soma", P: *p, N: *n, Seconds: wall.Seconds(), States: map[string]int{}}
+	if *opsCmd != "" {
+		// Before the read-back below, which on a slow filesystem would
+		// add a read of every record to the runners' count.
+		out, err := exec.Command("sh", "-c", *opsCmd).Output()
+		if err != nil {
+			return fmt.Errorf("soma: -ops %q: %w", *opsCmd, err)
+		}
+		if !json.Valid(out) {
+			return fmt.Errorf("soma: -ops %q printed %q, not one JSON value", *opsCmd, out)
+		}
+		res.Ops = json.RawMessage(bytes.TrimSpace(out))
+	}
 	for i, e := range errs {
 		if e != nil {
 			res.Crashes++
