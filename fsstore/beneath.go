@@ -77,6 +77,9 @@ type beneath struct {
 	tmpMu sync.Mutex
 	tmpFD int // tmp/, opened on first use; -1: not yet
 
+	clockMu sync.Mutex
+	clockFD int // this Store's clock file in tmp/ (Now), made on first use; -1: not yet
+
 	dirs dirCache // name folders that writes used last
 
 	// blobDirs are the blob folders (blobs/sha256/<2 hex>) that Put used

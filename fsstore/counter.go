@@ -13,7 +13,7 @@ type Counter struct {
 	S *Store
 
 	Scans, Lists, Resolves, Stats, BlobGets, Puts, Claims, Binds, Touches atomic.Int64
-	// Nows counts server-time probes (a temp file written and removed).
+	// Nows counts server-time probes (the clock file touched and read).
 	Nows atomic.Int64
 }
 

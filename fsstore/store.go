@@ -97,6 +97,7 @@ func Open(root string, opts Options) (*Store, error) {
 		link:     linkat,
 	}
 	s.fds.tmpFD = -1
+	s.fds.clockFD = -1
 	s.fds.blobDirs.max = 256 // every blobs/sha256/<2 hex>
 	if s.parallel <= 0 {
 		s.parallel = max(8, 4*runtime.GOMAXPROCS(0))
@@ -177,6 +178,9 @@ func (s *Store) closeFDs() {
 	unix.Close(s.fds.root.fd)
 	if s.fds.tmpFD >= 0 {
 		unix.Close(s.fds.tmpFD)
+	}
+	if s.fds.clockFD >= 0 {
+		unix.Close(s.fds.clockFD)
 	}
 	s.fds.dirs.closeAll()
 	s.fds.blobDirs.closeAll()
@@ -942,18 +946,90 @@ func (s *Store) Touch(ctx context.Context, name string) (time.Time, error) {
 	return mtime(&st), nil
 }
 
-// Now returns the file server's current time: it writes a probe file in
-// tmp/ and reads back the mtime the server stamped on it.
+// Now returns the file server's current time: it sets the times of this
+// Store's clock file to now (futimens with UTIME_NOW, which NFS sends as
+// "set to server time", as Touch does) and reads back the mtime the
+// server stamped (fstat). The clock file, tmp/<host>.<pid>.clock-<random>,
+// is made on the first call and kept open for the Store's life, so a call
+// costs two system calls and no file made, fsynced or removed.
+//
+// It wrote and fsynced a new empty file in tmp/ per call, then removed
+// it: on ext4 the fsync of a new inode commits the journal, and worker
+// placement reads Now once per placement (issue 15: 7 fsyncs per
+// placement and release, one of them this). The time is the same
+// server's either way: a futimens stamps it as a create does.
+//
+// The clock file outlives the process (a Store has no Close) until GC
+// removes it as a temp file older than its grace; it is touched at every
+// call, so GC leaves a used one alone. One removed under an open Store
+// (by GC after an idle grace, or by hand) is made again: on NFS the old
+// descriptor answers ESTALE.
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return time.Time{}, err
 	}
-	tmp, err := s.writeTempMode(bytes.NewReader(nil), nil, 0o666, true)
+	fd, err := s.clock(-1)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("server time: %w", err)
 	}
-	tmp.remove()
-	return tmp.mtime, nil
+	t, err := touchFD(fd)
+	if goneDir(err) {
+		if fd, err = s.clock(fd); err != nil {
+			return time.Time{}, fmt.Errorf("server time: %w", err)
+		}
+		t, err = touchFD(fd)
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("server time: clock file in %s: %w", s.tmp, err)
+	}
+	return t, nil
+}
+
+// touchFD sets fd's times to the server's now and returns its mtime.
+func touchFD(fd int) (time.Time, error) {
+	if err := futimesNow(fd); err != nil {
+		return time.Time{}, err
+	}
+	var st unix.Stat_t
+	if err := fstatRaw(fd, &st); err != nil {
+		return time.Time{}, err
+	}
+	return mtime(&st), nil
+}
+
+// clock returns the descriptor of this Store's clock file (Now), making
+// the file on first use. stale is a descriptor that failed with ENOENT
+// or ESTALE: a new file replaces it. As in tmpDir, the replaced
+// descriptor is left open: a concurrent Now may still be using it.
+func (s *Store) clock(stale int) (int, error) {
+	s.fds.clockMu.Lock()
+	defer s.fds.clockMu.Unlock()
+	if s.fds.clockFD >= 0 && s.fds.clockFD != stale {
+		return s.fds.clockFD, nil
+	}
+	// A new name every time (O_EXCL): the file is this process's own, so
+	// futimens(UTIME_NOW) is allowed whatever the umask (utimensat(2):
+	// the owner, or write access).
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	name := s.prefix + "clock-" + hex.EncodeToString(rnd[:])
+	dir, err := s.tmpDir(-1)
+	if err != nil {
+		return -1, err
+	}
+	const flags = unix.O_RDONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := openatRetry(dir, name, flags, 0o666)
+	if goneDir(err) {
+		if dir, err = s.tmpDir(dir); err != nil {
+			return -1, err
+		}
+		fd, err = openatRetry(dir, name, flags, 0o666)
+	}
+	if err != nil {
+		return -1, notWritableTemp(filepath.Join(s.tmp, name), err)
+	}
+	s.fds.clockFD = fd
+	return fd, nil
 }
 
 // syncDir fsyncs a directory so a link, rename or unlink in it is durable.

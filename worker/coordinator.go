@@ -158,7 +158,7 @@ func (c *coordinator) submit(w http.ResponseWriter, r *http.Request) {
 		holder = "coordinator client " + r.RemoteAddr
 	}
 	rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-	rec, l, err := placeLease(r.Context(), c.store, req.Requirement, c.timeout, holder, rnd)
+	rec, l, _, err := placeLease(r.Context(), c.store, req.Requirement, c.timeout, holder, rnd)
 	var nm *NoMatchError
 	switch {
 	case errors.As(err, &nm):

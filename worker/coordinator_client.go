@@ -68,12 +68,14 @@ func (c *CoordinatorClient) placement(rep SubmitReply, opts PlaceOptions) (*Plac
 		err := c.do(ctx, "POST", "/renew", LeaseRequest{Lease: l}, &r)
 		return r.RenewedAt, err
 	}
-	end := func(ctx context.Context) error {
+	// A coordinator ends the lease through the end marker (ReleaseLease):
+	// it keeps no heartbeat history to vouch for the holder.
+	end := func(ctx context.Context, _ time.Time, _ bool) error {
 		return c.do(ctx, "POST", "/complete", LeaseRequest{Lease: l}, nil)
 	}
 	first, err := beat(context.Background())
 	if err != nil {
-		_ = end(context.Background())
+		_ = end(context.Background(), time.Time{}, true)
 		return nil, err
 	}
 	w := WorkerRecord{Version: WorkerRecordVersion, ID: rep.Worker, Address: rep.Address}

@@ -241,3 +241,26 @@ func nodeIDs(nodes []Node) string {
 	}
 	return strings.Join(ids, ",")
 }
+
+// errStreamCut is a streamed plan whose nodes need different placements.
+// A stream runs on the one worker it was opened on, chunk by chunk; a
+// cut would need the chunks of every crossing value to go from worker to
+// worker through the store while the stream runs, which nothing does yet
+// (issue 15). Refused rather than run whole on the stream's worker,
+// which would ignore the nodes' at and run them where they must not.
+func errStreamCut(p *Plan) error {
+	for i := 1; i < len(p.Nodes); i++ {
+		a, b := p.Resources, p.Resources
+		if n := p.Nodes[i-1]; n.At != nil {
+			a = *n.At
+		}
+		if n := p.Nodes[i]; n.At != nil {
+			b = *n.At
+		}
+		if !sameAsk(a, b) {
+			return fmt.Errorf("%w %s: a stream runs on one worker, and nodes %q (needs %s) and %q (needs %s) must run in different places: streamed plans are not cut (run it with soma run ROOT, which cuts it and passes what crosses a cut through the store; or give all its nodes one placement)",
+				ErrCut, p.ID, p.Nodes[i-1].ID, askText(a), p.Nodes[i].ID, askText(b))
+		}
+	}
+	return nil
+}

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"math"
@@ -28,6 +29,7 @@ type testOptions struct {
 	noStore     bool
 	planTimeout time.Duration
 	gpus        []GPU // fake GPUs the worker offers (no NVML involved)
+	maxPlans    int   // the worker's slots; 0 means 4
 }
 
 // newTestWorker starts a worker with Debian's Python, a store under
@@ -55,7 +57,7 @@ func newTestWorker(t testing.TB, to testOptions) *testWorker {
 		Python:      testutil.Python(),
 		WorkDir:     filepath.Join(dir, "work"),
 		Resources:   Resources{CPUs: 2, MemoryBytes: 1 << 30, GPUs: to.gpus},
-		Limits:      Limits{MaxPlans: 4},
+		Limits:      Limits{MaxPlans: cmp.Or(to.maxPlans, 4)},
 		PlanTimeout: to.planTimeout,
 		CancelGrace: 300 * time.Millisecond,
 	})

@@ -197,10 +197,12 @@ type Placement struct {
 	log     *slog.Logger
 	// beat renews the lease and returns the file server's time of the
 	// renewal (an error wrapping ErrLeaseLost if it is gone); end ends
-	// it. Through the folder they are Touch and ReleaseLease; through a
-	// coordinator, POST /renew and POST /complete.
+	// it, given the server time of the last renewal that landed and
+	// whether the heartbeat saw the lease lost. Through the folder they
+	// are Touch and releaseHeld; through a coordinator, POST /renew and
+	// POST /complete.
 	beat func(ctx context.Context) (time.Time, error)
-	end  func(ctx context.Context) error
+	end  func(ctx context.Context, last time.Time, lost bool) error
 	stop context.CancelFunc
 	done chan struct{}
 	lost chan struct{}
@@ -208,6 +210,7 @@ type Placement struct {
 	mu       sync.Mutex
 	lostErr  error
 	released bool
+	last     time.Time // server time of the last renewal that landed (or earlier)
 }
 
 // Lost is closed when the lease may have been lost (a heartbeat failed to
@@ -236,14 +239,20 @@ func (p *Placement) Release(ctx context.Context) error {
 	p.mu.Unlock()
 	p.stop()
 	<-p.done
-	return p.end(ctx)
+	p.mu.Lock()
+	last, lost := p.last, p.lostErr != nil
+	p.mu.Unlock()
+	return p.end(ctx, last, lost)
 }
 
 // heartbeat touches the lease until ctx ends. A gap of more than the
 // timeout between two touches that landed means another placer may have
 // reclaimed the lease (see lease.go): it then closes lost and stops.
-func (p *Placement) heartbeat(ctx context.Context, last time.Time) {
+func (p *Placement) heartbeat(ctx context.Context) {
 	defer close(p.done)
+	p.mu.Lock()
+	last := p.last
+	p.mu.Unlock()
 	t := time.NewTicker(HeartbeatInterval(p.timeout))
 	defer t.Stop()
 	for {
@@ -268,6 +277,9 @@ func (p *Placement) heartbeat(ctx context.Context, last time.Time) {
 			return
 		}
 		last = now
+		p.mu.Lock()
+		p.last = now
+		p.mu.Unlock()
 	}
 }
 
@@ -317,9 +329,9 @@ func Place(ctx context.Context, store *fsstore.Store, req Requirement, opts Plac
 		holder = "unknown"
 	}
 	for {
-		w, l, err := placeLease(ctx, store, req, timeout, holder, rnd)
+		w, l, now, err := placeLease(ctx, store, req, timeout, holder, rnd)
 		if err == nil {
-			return startPlacement(store, w, l, timeout, opts.Logger)
+			return startPlacement(store, w, l, now, timeout, opts.Logger), nil
 		}
 		if !errors.Is(err, ErrNoFreeSlot) || !opts.Wait {
 			return nil, err
@@ -336,20 +348,21 @@ func Place(ctx context.Context, store *fsstore.Store, req Requirement, opts Plac
 
 // placeLease reads the folder up to a few times and tries the free slots
 // it sees; it returns the worker and the lease it claimed, with no
-// heartbeat running.
-func placeLease(ctx context.Context, store *fsstore.Store, req Requirement, timeout time.Duration, holder string, rnd *rand.Rand) (WorkerRecord, Lease, error) {
+// heartbeat running, and the server's time read before the claim (so no
+// later than the lease's first mtime).
+func placeLease(ctx context.Context, store leaseStore, req Requirement, timeout time.Duration, holder string, rnd *rand.Rand) (WorkerRecord, Lease, time.Time, error) {
 	const rounds = 3
 	for range rounds {
-		infos, _, err := ListWorkers(ctx, store, ListOptions{Timeout: timeout})
+		infos, _, now, err := listWorkers(ctx, store, ListOptions{Timeout: timeout})
 		if err != nil {
-			return WorkerRecord{}, Lease{}, err
+			return WorkerRecord{}, Lease{}, time.Time{}, err
 		}
 		cands, nm := candidates(infos, req)
 		if nm != nil {
-			return WorkerRecord{}, Lease{}, nm
+			return WorkerRecord{}, Lease{}, time.Time{}, nm
 		}
 		if len(cands) == 0 {
-			return WorkerRecord{}, Lease{}, fmt.Errorf("%w: needs %s", ErrNoFreeSlot, req)
+			return WorkerRecord{}, Lease{}, time.Time{}, fmt.Errorf("%w: needs %s", ErrNoFreeSlot, req)
 		}
 		// Shuffle, then a stable sort by load: equal loads stay in random
 		// order.
@@ -374,21 +387,26 @@ func placeLease(ctx context.Context, store *fsstore.Store, req Requirement, time
 				}
 				l, won, err := claimLease(ctx, store, w.Record.ID, slot, stale, holder, req, timeout)
 				if err != nil {
-					return WorkerRecord{}, Lease{}, err
+					return WorkerRecord{}, Lease{}, time.Time{}, err
 				}
 				if !won {
 					continue
 				}
-				return w.Record, l, nil
+				return w.Record, l, now, nil
 			}
 		}
 	}
-	return WorkerRecord{}, Lease{}, fmt.Errorf("%w: needs %s (every free slot seen was taken by another placer first)", ErrNoFreeSlot, req)
+	return WorkerRecord{}, Lease{}, time.Time{}, fmt.Errorf("%w: needs %s (every free slot seen was taken by another placer first)", ErrNoFreeSlot, req)
 }
 
-// startPlacement touches the new lease (learning the server time its
-// heartbeat counts from) and starts its heartbeat goroutine.
-func startPlacement(store *fsstore.Store, w WorkerRecord, l Lease, timeout time.Duration, log *slog.Logger) (*Placement, error) {
+// startPlacement starts the heartbeat of a lease claimed after the
+// server time first. It used to Touch the lease first to learn the time
+// its heartbeat counts from: a round trip per placement (issue 15). A
+// server time read before the claim does as well: the heartbeat only
+// checks that no two renewals that landed are more than the timeout
+// apart (lease.go), and an earlier start can only make that check stricter,
+// never let a reclaimed lease pass.
+func startPlacement(store leaseStore, w WorkerRecord, l Lease, first time.Time, timeout time.Duration, log *slog.Logger) *Placement {
 	beat := func(ctx context.Context) (time.Time, error) {
 		t, err := store.Touch(ctx, l.Name())
 		if errors.Is(err, fsstore.ErrNotFound) {
@@ -396,18 +414,15 @@ func startPlacement(store *fsstore.Store, w WorkerRecord, l Lease, timeout time.
 		}
 		return t, err
 	}
-	end := func(ctx context.Context) error { return ReleaseLease(ctx, store, l, timeout) }
-	first, err := beat(context.Background())
-	if err != nil {
-		_ = end(context.Background())
-		return nil, fmt.Errorf("worker: lease %s: %w", l.Name(), err)
+	end := func(ctx context.Context, last time.Time, lost bool) error {
+		return releaseHeld(ctx, store, l, timeout, last, lost)
 	}
-	return newPlacement(w, l, timeout, first, beat, end, log), nil
+	return newPlacement(w, l, timeout, first, beat, end, log)
 }
 
 // newPlacement starts the heartbeat goroutine of a lease renewed last at
-// first (server time).
-func newPlacement(w WorkerRecord, l Lease, timeout time.Duration, first time.Time, beat func(context.Context) (time.Time, error), end func(context.Context) error, log *slog.Logger) *Placement {
+// first (server time), or later.
+func newPlacement(w WorkerRecord, l Lease, timeout time.Duration, first time.Time, beat func(context.Context) (time.Time, error), end func(context.Context, time.Time, bool) error, log *slog.Logger) *Placement {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -415,9 +430,9 @@ func newPlacement(w WorkerRecord, l Lease, timeout time.Duration, first time.Tim
 	p := &Placement{
 		Worker: w, Lease: l, timeout: timeout, beat: beat, end: end,
 		stop: cancel, done: make(chan struct{}), lost: make(chan struct{}),
-		log: log,
+		log: log, last: first,
 	}
-	go p.heartbeat(ctx, first)
+	go p.heartbeat(ctx)
 	return p
 }
 

@@ -264,7 +264,8 @@ func TestHolderLearnsItLostTheLease(t *testing.T) {
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	old.done = make(chan struct{})
-	go old.heartbeat(hctx, last)
+	old.last = last
+	go old.heartbeat(hctx)
 	select {
 	case <-old.Lost():
 	case <-time.After(30 * time.Second):

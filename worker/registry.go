@@ -552,7 +552,7 @@ func ListWorkers(ctx context.Context, store *fsstore.Store, opts ListOptions) ([
 
 // listWorkers is ListWorkers, also returning the server's now it judged
 // ages against.
-func listWorkers(ctx context.Context, store *fsstore.Store, opts ListOptions) ([]WorkerInfo, []Problem, time.Time, error) {
+func listWorkers(ctx context.Context, store leaseStore, opts ListOptions) ([]WorkerInfo, []Problem, time.Time, error) {
 	timeout := opts.Timeout
 	if timeout <= 0 {
 		timeout = DefaultHeartbeatTimeout

@@ -115,6 +115,9 @@ func (w *Worker) runStream(ctx context.Context, msgs <-chan *StreamMessage, send
 		return fmt.Errorf("worker: stream: first message is %q, want %q with a plan", m.Kind, MsgBegin)
 	}
 	p := m.Plan
+	if err := errStreamCut(p); err != nil {
+		return err
+	}
 	rec, pctx, stop, err := w.register(p)
 	if err != nil {
 		return err

@@ -1,0 +1,128 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/soma-hpc/soma/fsstore"
+)
+
+// TestPlaceSendChild is a child of TestPlacedPlansNeverOverbook.
+func TestPlaceSendChild(t *testing.T) {
+	if os.Getenv("SOMA_PLACE_SEND_CHILD") == "" {
+		t.Skip("the child of TestPlacedPlansNeverOverbook")
+	}
+	if err := placeSendChild(); err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(1)
+	}
+}
+
+// placeSendChild places N no-op plans one after another, sends each to
+// the worker it was placed on and releases the lease when it is done.
+func placeSendChild() error {
+	ctx := context.Background()
+	s, err := fsstore.Open(os.Getenv("ROOT"), fsstore.Options{})
+	if err != nil {
+		return err
+	}
+	n, _ := strconv.Atoi(os.Getenv("N"))
+	b, err := os.ReadFile(filepath.Join("testdata", "filters", "behaviour.py"))
+	if err != nil {
+		return err
+	}
+	f := File{Name: "behaviour.py", Digest: fsstore.Sum(b).String(), Content: b}
+	clients := map[string]*Client{}
+	for i := range n {
+		p, err := Place(ctx, s, Requirement{}, PlaceOptions{Wait: true, WaitInterval: 2 * time.Millisecond, Holder: "pid " + strconv.Itoa(os.Getpid())})
+		if err != nil {
+			return err
+		}
+		c := clients[p.Worker.Address]
+		if c == nil {
+			if c, err = NewClient(p.Worker.Address, testToken, nil); err != nil {
+				return err
+			}
+			clients[p.Worker.Address] = c
+		}
+		plan := &Plan{
+			ID: fmt.Sprintf("%s-%d-%d", os.Getenv("ME"), os.Getpid(), i), Mode: Forward, Files: []File{f},
+			Nodes: []Node{{ID: "n", File: "behaviour.py", Class: "NoOp"}},
+			Input: Value{Kind: KindObject, Object: "x"},
+		}
+		res, err := c.Run(ctx, plan)
+		if rerr := p.Release(ctx); err == nil {
+			err = rerr
+		}
+		if err != nil {
+			return fmt.Errorf("plan %s on %s: %w", plan.ID, p.Worker.ID, err)
+		}
+		if res.State != StateSucceeded {
+			return fmt.Errorf("plan %s on %s: %s: %s", plan.ID, p.Worker.ID, res.State, res.Error)
+		}
+	}
+	return nil
+}
+
+// TestPlacedPlansNeverOverbook: 8 OS processes place 200 no-op plans at
+// once through the folder on 3 real workers with 2 slots each, and send
+// each plan to the worker it was placed on. Overbooking is checked by the
+// workers, not by the placers: a worker refuses a third plan at once (503,
+// ErrFull), and the child that sent it fails. Every plan runs.
+func TestPlacedPlansNeverOverbook(t *testing.T) {
+	const procs, perProc, slots = 8, 25, 2
+	s := newRegStore(t)
+	var ws []*testWorker
+	for i := range 3 {
+		tw := newTestWorker(t, testOptions{maxPlans: slots})
+		r := testRecord("w"+strconv.Itoa(i), slots, 0, 0)
+		r.Address = tw.srv.URL
+		announce(t, s, r, time.Hour)
+		ws = append(ws, tw)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []*exec.Cmd
+	for i := range procs {
+		c := exec.Command(exe, "-test.run=^TestPlaceSendChild$", "-test.count=1")
+		c.Env = append(os.Environ(), "SOMA_PLACE_SEND_CHILD=1", "ROOT="+s.Root(), "N="+strconv.Itoa(perProc), "ME=c"+strconv.Itoa(i))
+		c.Stderr = os.Stderr
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, c)
+	}
+	for i, c := range cmds {
+		if err := c.Wait(); err != nil {
+			t.Errorf("placer %d: %v (a worker refused a plan: overbooked?)", i, err)
+		}
+	}
+	total := 0
+	for i, tw := range ws {
+		n := tw.w.pool.started() // warm: at most its slots' Pythons
+		ran := 0
+		for c := range procs {
+			for k := range perProc {
+				if _, err := tw.w.Status(fmt.Sprintf("c%d-%d-%d", c, cmds[c].Process.Pid, k)); err == nil {
+					ran++
+				}
+			}
+		}
+		t.Logf("worker w%d: %d plans, %d Pythons", i, ran, n)
+		total += ran
+	}
+	if total != procs*perProc {
+		t.Errorf("%d plans ran on the workers, want %d", total, procs*perProc)
+	}
+	if names, _ := s.List(context.Background(), "leases"); len(names) != 0 {
+		t.Errorf("names left under leases/: %v", names)
+	}
+}
