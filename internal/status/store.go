@@ -20,8 +20,8 @@ import (
 // the files each view opens (soma status --verbose) and that still tells
 // the time when the root is not writable by this user.
 //
-// The file server's "now" is learned by writing a probe file in tmp/
-// (fsstore.Store.Now). A researcher looking at a colleague's study may
+// The file server's "now" is learned by stamping this process's clock
+// file in tmp/ and reading its time back (fsstore.Store.Now). A researcher looking at a colleague's study may
 // not be allowed to write there; then Store falls back to this machine's
 // clock, and Clock says so, so that the views can print it: ages and
 // staleness are then only as right as the two clocks agree.
@@ -117,7 +117,7 @@ type Opens struct {
 	Records int64 `json:"records"` // name records read (one open each)
 	Blobs   int64 `json:"blobs"`   // blobs read (one open each)
 	Lists   int64 `json:"lists"`   // folders listed (one open each)
-	Probes  int64 `json:"probes"`  // server-time probes (a temp file written)
+	Probes  int64 `json:"probes"`  // server-time probes (the clock file stamped)
 }
 
 // Total returns the number of files and folders opened.
