@@ -1223,7 +1223,7 @@ func (s *Spec) NewSampler() (Sampler, error) {
 		if s.Sampler.Startup < 1 || s.Sampler.Candidates < 1 {
 			return nil, fmt.Errorf("study: sampler tpe: startup %d and candidates %d must be ≥ 1", s.Sampler.Startup, s.Sampler.Candidates)
 		}
-		return NewTPESampler(s.Seed, TPEOptions{Startup: s.Sampler.Startup, Candidates: s.Sampler.Candidates}), nil
+		return NewTPESampler(s.Seed, TPEOptions{Startup: s.Sampler.Startup, Candidates: s.Sampler.Candidates, Directions: s.Directions}), nil
 	}
 	return nil, fmt.Errorf("study: sampler %q: want one of %s%s", s.Sampler.Name, strings.Join(samplerNames, ", "), suggest(s.Sampler.Name, samplerNames))
 }
