@@ -55,9 +55,12 @@ func (t *TPESampler) losses(tr *Trial) []float64 {
 // with their weights and the prior's, and the rest, both in trial order.
 func moSplit(done []tpeObs, nBelow int) (below []tpeObs, w []float64, prior float64, rest []tpeObs) {
 	left := slices.Clone(done)
+	sortLex(left)
+	byNumber := func(a, b tpeObs) int { return cmp.Compare(a.number, b.number) }
 	for len(below) < nBelow && len(left) > 0 {
 		front, next := paretoPeel(left)
 		if len(below)+len(front) > nBelow {
+			slices.SortFunc(front, byNumber) // moHSSP's ties go to the lower number
 			front = moHSSP(front, nBelow-len(below))
 		}
 		below = append(below, front...)
@@ -72,7 +75,6 @@ func moSplit(done []tpeObs, nBelow int) (below []tpeObs, w []float64, prior floa
 			rest = append(rest, o)
 		}
 	}
-	byNumber := func(a, b tpeObs) int { return cmp.Compare(a.number, b.number) }
 	slices.SortFunc(below, byNumber)
 	w = moWeights(below)
 	sum := 0.0
@@ -86,20 +88,24 @@ func moSplit(done []tpeObs, nBelow int) (below []tpeObs, w []float64, prior floa
 	return below, w, prior, rest
 }
 
-// paretoPeel splits obs into its non-dominated members (in trial order)
-// and the others. After a lexicographic sort of the losses, a member can
-// only be dominated by one before it, and then by a non-dominated one
-// before it (domination is transitive), so each is compared with the
-// front found so far: O(n·|front|) rather than O(n²).
-func paretoPeel(obs []tpeObs) (front, rest []tpeObs) {
-	sorted := slices.Clone(obs)
-	slices.SortFunc(sorted, func(a, b tpeObs) int {
+// sortLex sorts obs by their losses lexicographically, ties by number.
+func sortLex(obs []tpeObs) {
+	slices.SortFunc(obs, func(a, b tpeObs) int {
 		if c := slices.Compare(a.losses, b.losses); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.number, b.number)
 	})
-	for _, o := range sorted {
+}
+
+// paretoPeel splits obs, sorted by sortLex, into its non-dominated
+// members and the others, both still sorted. In that order a member can
+// only be dominated by one before it, and then by a non-dominated one
+// before it (domination is transitive), so each is compared with the
+// front found so far: O(n·|front|) rather than O(n²), and the fronts
+// after the first need no new sort.
+func paretoPeel(obs []tpeObs) (front, rest []tpeObs) {
+	for _, o := range obs {
 		dominated := false
 		for _, f := range front {
 			if lossDominates(f.losses, o.losses) {
@@ -113,9 +119,6 @@ func paretoPeel(obs []tpeObs) (front, rest []tpeObs) {
 			front = append(front, o)
 		}
 	}
-	byNumber := func(a, b tpeObs) int { return cmp.Compare(a.number, b.number) }
-	slices.SortFunc(front, byNumber)
-	slices.SortFunc(rest, byNumber)
 	return front, rest
 }
 
