@@ -148,7 +148,7 @@ EXAMPLES:
 			// Slices, so that a repeated --direction adds an objective
 			// rather than silently replacing the first; commas do too.
 			&cli.StringSliceFlag{Name: "direction", Usage: "with --param: minimize or maximize; for several objectives one per objective, joined by commas (or the flag repeated) and named by --metrics: --direction minimize,maximize --metrics error,latency_ms"},
-			&cli.StringSliceFlag{Name: "metrics", Aliases: []string{"metric"}, Usage: "with --param: the objectives' names, one per --direction entry, in the order the objective prints its scores (final 0.12 35.1): error,latency_ms"},
+			&cli.StringSliceFlag{Name: "metrics", Usage: "with --param: the objectives' names, one per --direction entry, in the order the objective prints its scores (final 0.12 35.1): error,latency_ms"},
 			&cli.StringFlag{Name: "sampler", Usage: "with --param: tpe (default; with several objectives, multi-objective TPE), random, sobol, grid, nsga2 (several objectives); options as tpe:startup=20"},
 			&cli.StringFlag{Name: "pruner", Usage: "with --param: none (default), median, percentile, asha; options as median:warmup=5; with several objectives name the metric it judges: median:metric=error"},
 			&cli.IntFlag{Name: "budget", Usage: "with --param: number of trials (at least 1; for grid, leave it out for the grid's size)", DefaultText: "none"},

@@ -96,7 +96,7 @@ print("%r %r" % (x, (1 - x) ** 2))
 		flags []string
 	}{
 		{"commas", []string{"--direction", "minimize,maximize", "--metrics", "x,y"}},
-		{"repeated", []string{"--direction", "minimize", "--direction", "maximize", "--metric", "x", "--metric", "y"}},
+		{"repeated", []string{"--direction", "minimize", "--direction", "maximize", "--metrics", "x", "--metrics", "y"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := filepath.Join(dir, tc.name)

@@ -277,7 +277,6 @@ var ownedTrialFlags = map[string]string{
 	"param":     "the study is created at submission; give the spec to submit instead",
 	"direction": "the study is created at submission; give the spec to submit instead",
 	"metrics":   "the study is created at submission; give the spec to submit instead",
-	"metric":    "the study is created at submission; give the spec to submit instead",
 	"sampler":   "the study is created at submission; give the spec to submit instead",
 	"pruner":    "the study is created at submission; give the spec to submit instead",
 	"budget":    "the study is created at submission; give the spec to submit instead",
