@@ -565,7 +565,8 @@ func FuzzConditionalSpace(f *testing.F) {
 			}
 			return
 		}
-		for _, sm := range []Sampler{NewRandomSampler(1), NewSobolSampler(1), NewTPESampler(1, TPEOptions{Startup: 3})} {
+		motpe := NewTPESampler(1, TPEOptions{Startup: 3, Directions: []Direction{Minimize, Maximize}})
+		for _, sm := range []Sampler{NewRandomSampler(1), NewSobolSampler(1), NewTPESampler(1, TPEOptions{Startup: 3}), motpe} {
 			h := History{Direction: Minimize}
 			for trial := range 12 {
 				p, err := sm.Ask(s, trial, h)
@@ -573,7 +574,8 @@ func FuzzConditionalSpace(f *testing.F) {
 					t.Fatal(err)
 				}
 				checkConditional(t, s, p)
-				h.Trials = append(h.Trials, Trial{Number: trial, State: StateDone, Point: p, Score: float64(trial % 5), HasScore: true})
+				h.Trials = append(h.Trials, Trial{Number: trial, State: StateDone, Point: p, Score: float64(trial % 5), HasScore: true,
+					Scores: []float64{float64(trial % 5), float64(trial % 3)}})
 			}
 		}
 		want := bruteGrid(s)

@@ -11,8 +11,8 @@ import (
 // ["error", "latency_ms"]. Each done trial then has one score per metric
 // (Record.Scores), and no single score is best: the answer is the Pareto
 // front (ParetoFront). Samplers that never compare scores (random, sobol,
-// grid) work unchanged, nsga2 (NSGA2Sampler) is made for them; tpe is
-// refused until it has a multi-objective mode, and a pruner must be told
+// grid) work unchanged, nsga2 (NSGA2Sampler) is made for them, tpe
+// becomes multi-objective TPE (motpe.go), and a pruner must be told
 // which metric's intermediate values it judges (pruner.metric).
 
 // Objectives returns how many objectives the study has: len(Directions)
@@ -65,9 +65,6 @@ func (s *Spec) validateObjectives() error {
 		if slices.Index(s.Metrics, m) != i {
 			return fmt.Errorf("study: metric %q listed twice (name each objective once)", m)
 		}
-	}
-	if s.Sampler.Name == "tpe" {
-		return fmt.Errorf("study: sampler tpe has no mode for several objectives yet (MOTPE, issue 21); use sampler nsga2, random, sobol or grid")
 	}
 	if s.Pruner.Name != "none" && !slices.Contains(s.Metrics, s.Pruner.Metric) {
 		if s.Pruner.Metric == "" {

@@ -63,7 +63,6 @@ func TestSpecSeveralObjectivesRefuses(t *testing.T) {
 		{"no metrics", `metrics = ["error", "throughput"]`, ``, "2 directions but 0 metrics"},
 		{"twice", `"throughput"]`, `"error"]`, `metric "error" listed twice`},
 		{"space", `"throughput"]`, `"through put"]`, "has no spaces"},
-		{"tpe", `sampler = "random"`, `sampler = "tpe"`, "sampler tpe has no mode for several objectives yet (MOTPE, issue 21); use sampler nsga2"},
 		{"pruner without metric", `sampler = "random"`, `sampler = "random"` + "\npruner = \"asha\"", `pruner asha with several objectives: name the metric it judges (pruner.metric = "error"`},
 		{"pruner unknown metric", `sampler = "random"`, `sampler = "random"` + "\npruner = \"median:metric=eror\"", `pruner.metric "eror" is not one of the metrics error, throughput (did you mean "error"?)`},
 		{"metrics alone", `direction = ["minimize", "maximize"]`, `direction = "minimize"`, "needs a direction per metric"},

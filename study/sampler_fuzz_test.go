@@ -39,7 +39,8 @@ func manyValues(k Knob) bool {
 
 // checkSamplerRun runs fuzzTrials trials of sampler on space, feeding each
 // point back as a result (every seventh as still running, which tpe treats
-// as pending), and fails unless every point is inside its knobs' bounds,
+// as pending; two scores each, for the multi-objective samplers), and
+// fails unless every point is inside its knobs' bounds,
 // on their grids, whole for int knobs, readable from its own text, and —
 // for knobs with many values — different on every trial.
 func checkSamplerRun(t *testing.T, name string, sampler Sampler, space *Space, trials int) {
@@ -91,7 +92,11 @@ func checkSamplerRun(t *testing.T, name string, sampler Sampler, space *Space, t
 		if !back.Equal(p) {
 			t.Fatalf("%s: trial %d: point %s reads back as %s", name, trial, text, space.FormatPoint(back))
 		}
-		tr := Trial{Number: trial, State: StateDone, Point: p, Score: float64(fnv1a(text)%1000) / 1000, HasScore: true, LastStep: -1}
+		// Two scores for the multi-objective samplers, which read Scores;
+		// the others read Score.
+		hash := fnv1a(text)
+		sc := []float64{float64(hash%1000) / 1000, float64(hash>>32%1000) / 1000}
+		tr := Trial{Number: trial, State: StateDone, Point: p, Score: sc[0], HasScore: true, Scores: sc, LastStep: -1}
 		if trial%7 == 6 {
 			tr.State, tr.HasScore = StateRunning, false
 		}
@@ -115,8 +120,8 @@ func fuzzKnob(kind uint8, low, high, step float64, log bool) Knob {
 }
 
 // FuzzSamplers: for any knob NewSpace accepts, alone and beside a
-// continuous and a choice knob, random, sobol, tpe and (when the space is
-// discrete) grid give points inside the bounds, on the grid, and distinct
+// continuous and a choice knob, random, sobol, tpe, multi-objective tpe,
+// nsga2 and (when the space is discrete) grid give points inside the bounds, on the grid, and distinct
 // across trials where the knob is continuous with room for it; a knob
 // NewSpace refuses is refused by name. The seeds include the ranges of
 // issue 13 item 3: a float range wider than math.MaxFloat64 gave
@@ -178,6 +183,8 @@ func FuzzSamplers(f *testing.F) {
 				{"random", NewRandomSampler(seed)},
 				{"sobol", NewSobolSampler(seed)},
 				{"tpe", NewTPESampler(seed, TPEOptions{Startup: fuzzStartup})},
+				{"motpe", NewTPESampler(seed, TPEOptions{Startup: fuzzStartup, Directions: []Direction{Minimize, Maximize}})},
+				{"nsga2", NewNSGA2Sampler(seed, []Direction{Minimize, Maximize})},
 			} {
 				checkSamplerRun(t, fmt.Sprintf("%s, %d knobs, x %+v", sm.name, space.Len(), k), sm.sampler, space, fuzzTrials)
 			}
@@ -224,6 +231,7 @@ func TestWideRangesSample(t *testing.T) {
 				{"random", NewRandomSampler(1)},
 				{"sobol", NewSobolSampler(1)},
 				{"tpe", NewTPESampler(1, TPEOptions{Startup: fuzzStartup})},
+				{"motpe", NewTPESampler(1, TPEOptions{Startup: fuzzStartup, Directions: []Direction{Minimize, Minimize}})},
 			} {
 				checkSamplerRun(t, sm.name, sm.sampler, spec.Space, fuzzTrials)
 				// checkSamplerRun checks distinctness only for continuous
@@ -241,7 +249,8 @@ func TestWideRangesSample(t *testing.T) {
 					} else if x > 0 {
 						pos++
 					}
-					h.Trials = append(h.Trials, Trial{Number: trial, State: StateDone, Point: p, Score: float64(trial % 5), HasScore: true, LastStep: -1})
+					h.Trials = append(h.Trials, Trial{Number: trial, State: StateDone, Point: p, Score: float64(trial % 5), HasScore: true,
+						Scores: []float64{float64(trial % 5), float64(trial % 3)}, LastStep: -1})
 				}
 				if len(seen) < fuzzTrials/2 || neg == 0 || pos == 0 {
 					t.Errorf("%s: %d trials gave %d distinct values, %d negative and %d positive", sm.name, fuzzTrials, len(seen), neg, pos)

@@ -402,21 +402,92 @@ func ParseSpec(tomlText []byte) (*Spec, error) {
 // a name optionally followed by ':' and key=value options joined by ',',
 // the same keys as the TOML spec: "tpe", "tpe:startup=20",
 // "median:startup=5,warmup=10", "asha:min_resource=1,eta=3"; "" means the
-// default (tpe; none). budget 0 means the grid's size for grid.
+// default (tpe; none). budget 0 means the grid's size for grid. A study
+// with several objectives needs SpecFlags (its Metrics).
 func SpecFromFlags(params []string, direction, sampler, pruner string, budget int, seed uint64) (*Spec, error) {
-	s := &Spec{Budget: budget, Seed: seed}
-	var err error
-	if direction != "" {
-		if s.Direction, err = ParseDirection(direction); err != nil || direction == "unknown" {
-			return nil, fmt.Errorf(`study: --direction %q: want minimize or maximize%s`, direction, suggest(direction, []string{"minimize", "maximize"}))
+	return SpecFlags{Params: params, Direction: direction, Sampler: sampler, Pruner: pruner, Budget: budget, Seed: seed}.Spec()
+}
+
+// SpecFlags is a study spec in command-line form (soma-trial's --param,
+// --direction, --metrics, --sampler, --pruner, --budget and --seed).
+type SpecFlags struct {
+	Params []string
+	// Direction is minimize, maximize, "" (unknown), or for several
+	// objectives one per objective joined by commas:
+	// "minimize,maximize" (the TOML spec's direction = [...]).
+	Direction string
+	// Metrics names the objectives, joined by commas, one per entry of
+	// Direction and in the order the objective prints its scores:
+	// "error,latency_ms" (the TOML spec's metrics = [...]). With one
+	// direction it may name that one objective (metric = "...").
+	Metrics         string
+	Sampler, Pruner string
+	Budget          int
+	Seed            uint64
+}
+
+// flagList splits a comma-separated flag value, refusing empty entries.
+func flagList(flag, text, example string) ([]string, error) {
+	parts := strings.Split(text, ",")
+	for i, p := range parts {
+		if parts[i] = strings.TrimSpace(p); parts[i] == "" {
+			return nil, fmt.Errorf("study: --%s %q: entry %d is empty (write e.g. --%s %s)", flag, text, i+1, flag, example)
 		}
 	}
+	return parts, nil
+}
+
+// Spec builds and validates the spec (see SpecFromFlags for the param
+// syntax).
+func (f SpecFlags) Spec() (*Spec, error) {
+	s := &Spec{Budget: f.Budget, Seed: f.Seed}
+	var err error
+	var dirs, metrics []string
+	if f.Direction != "" {
+		if dirs, err = flagList("direction", f.Direction, "minimize,maximize"); err != nil {
+			return nil, err
+		}
+	}
+	if f.Metrics != "" {
+		if metrics, err = flagList("metrics", f.Metrics, "error,latency_ms"); err != nil {
+			return nil, err
+		}
+	}
+	for i, d := range dirs {
+		x, err := ParseDirection(d)
+		if err != nil || x == DirectionUnknown {
+			which := ""
+			if len(dirs) > 1 {
+				which = fmt.Sprintf(" (entry %d)", i+1)
+			}
+			return nil, fmt.Errorf(`study: --direction %q%s: want minimize or maximize%s`, d, which, suggest(d, []string{"minimize", "maximize"}))
+		}
+		if len(dirs) == 1 {
+			s.Direction = x
+		} else {
+			s.Directions = append(s.Directions, x)
+		}
+	}
+	switch {
+	case len(metrics) > 0 && len(dirs) == 0:
+		return nil, fmt.Errorf("study: --metrics %s needs a direction per metric (--direction %s)", f.Metrics, strings.TrimSuffix(strings.Repeat("minimize,", len(metrics)), ","))
+	case len(dirs) > 1 && len(metrics) == 0:
+		return nil, fmt.Errorf("study: --direction %s: %d objectives need names: add --metrics NAME,NAME (one per direction, in the order the objective prints its scores, e.g. --metrics error,latency_ms)", f.Direction, len(dirs))
+	case len(metrics) > 0 && len(metrics) != len(dirs):
+		return nil, fmt.Errorf("study: --direction has %d entries (%s) but --metrics has %d (%s): give one direction per metric, in the same order", len(dirs), f.Direction, len(metrics), f.Metrics)
+	case len(metrics) == 1:
+		s.Metric = metrics[0]
+	case len(metrics) > 1:
+		s.Metrics = metrics
+	}
+	sampler, pruner := f.Sampler, f.Pruner
 	if s.Sampler, err = samplerFromOpts(flagOpts("sampler", sampler)); err != nil {
 		return nil, err
 	}
 	if s.Pruner, err = prunerFromOpts(flagOpts("pruner", pruner)); err != nil {
 		return nil, err
 	}
+	params := f.Params
 	if len(params) == 0 {
 		return nil, fmt.Errorf(`study: no params (add --param "lr=float:1e-5:1e-1:log")`)
 	}
@@ -448,12 +519,28 @@ func SpecFromFlags(params []string, direction, sampler, pruner string, budget in
 // TOML: a user who typed --param flags was told "set budget = 100"
 // (issue 16).
 func flagHints(s *Spec) error {
+	several := len(s.Directions) > 0
+	if several && s.Pruner.Name != "none" && !slices.Contains(s.Metrics, s.Pruner.Metric) {
+		return fmt.Errorf("study: --pruner %s with several objectives: name the metric it judges, one of --metrics %s (e.g. --pruner %s:metric=%s)",
+			s.Pruner.Name, strings.Join(s.Metrics, ","), s.Pruner.Name, s.Metrics[0])
+	}
+	if !several && s.Sampler.Name == "nsga2" {
+		return errors.New("study: --sampler nsga2 is for several objectives (--direction minimize,maximize --metrics error,latency_ms); use tpe for one")
+	}
+	if several {
+		return flagBudget(s)
+	}
 	if s.Direction == DirectionUnknown && s.Sampler.Name == "tpe" {
 		return errors.New("study: --sampler tpe (the default) compares scores, so it needs --direction minimize or maximize (or --sampler random, sobol or grid)")
 	}
 	if s.Direction == DirectionUnknown && s.Pruner.Name != "none" {
 		return fmt.Errorf("study: --pruner %s compares scores, so it needs --direction minimize or maximize (or no --pruner)", s.Pruner.Name)
 	}
+	return flagBudget(s)
+}
+
+// flagBudget checks --budget against the sampler.
+func flagBudget(s *Spec) error {
 	if s.Sampler.Name == "grid" {
 		if n, finite := s.Space.Size(); finite && n <= maxGrid && s.Budget > n {
 			return fmt.Errorf("study: --budget %d: the grid has only %d cells (give --budget %d, or leave it out for the whole grid)", s.Budget, n, n)
@@ -1223,7 +1310,7 @@ func (s *Spec) NewSampler() (Sampler, error) {
 		if s.Sampler.Startup < 1 || s.Sampler.Candidates < 1 {
 			return nil, fmt.Errorf("study: sampler tpe: startup %d and candidates %d must be ≥ 1", s.Sampler.Startup, s.Sampler.Candidates)
 		}
-		return NewTPESampler(s.Seed, TPEOptions{Startup: s.Sampler.Startup, Candidates: s.Sampler.Candidates}), nil
+		return NewTPESampler(s.Seed, TPEOptions{Startup: s.Sampler.Startup, Candidates: s.Sampler.Candidates, Directions: s.Directions}), nil
 	}
 	return nil, fmt.Errorf("study: sampler %q: want one of %s%s", s.Sampler.Name, strings.Join(samplerNames, ", "), suggest(s.Sampler.Name, samplerNames))
 }

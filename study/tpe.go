@@ -15,6 +15,10 @@ type TPEOptions struct {
 	// Candidates is how many points are drawn from the good-trials model
 	// per ask; the one with the best ratio l/g wins. Default 24.
 	Candidates int
+	// Directions, when it has two or more entries, makes the sampler
+	// multi-objective (MOTPE, motpe.go): trials are ranked by their
+	// Scores, one per direction, instead of Score and History.Direction.
+	Directions []Direction
 }
 
 // TPE settings from Watanabe 2023 (arXiv 2304.11127, its
@@ -73,8 +77,12 @@ func NewTPESampler(seed uint64, opt TPEOptions) *TPESampler {
 	if opt.Candidates <= 0 {
 		opt.Candidates = 24
 	}
+	opt.Directions = slices.Clone(opt.Directions)
 	return &TPESampler{seed: seed, opt: opt, sobol: NewSobolSampler(seed)}
 }
+
+// multi reports whether the sampler ranks several objectives.
+func (t *TPESampler) multi() bool { return len(t.opt.Directions) >= 2 }
 
 // tpeObs is one observation: a point and, for finished trials, its loss
 // (score with the sign that makes smaller better).
@@ -83,6 +91,9 @@ type tpeObs struct {
 	number  int
 	v       []float64
 	loss    float64
+	// losses holds, with several objectives, each score with the sign
+	// that makes smaller better (loss is then unused).
+	losses []float64
 }
 
 // Ask proposes trial's point from the history. It refuses a history whose
@@ -92,10 +103,11 @@ func (t *TPESampler) Ask(space *Space, trial int, h History) (Point, error) {
 		return Point{}, fmt.Errorf("study: trial %d: want ≥ 0", trial)
 	}
 	var sign float64
-	switch h.Direction {
-	case Minimize:
+	switch {
+	case t.multi():
+	case h.Direction == Minimize:
 		sign = 1
-	case Maximize:
+	case h.Direction == Maximize:
 		sign = -1
 	default:
 		return Point{}, fmt.Errorf(`study: sampler tpe: the study has no direction (set direction = "minimize" or "maximize")`)
@@ -124,7 +136,13 @@ func (t *TPESampler) Ask(space *Space, trial int, h History) (Point, error) {
 				tr.Number, len(tr.Point.v), len(space.knobs))
 		}
 		o := tpeObs{number: tr.Number, v: tr.Point.v, pending: pending}
-		if tr.State == StateDone && tr.HasScore && !math.IsNaN(tr.Score) && !pending {
+		if t.multi() {
+			if o.losses = t.losses(tr); o.losses != nil {
+				done = append(done, o)
+			} else {
+				bad = append(bad, o)
+			}
+		} else if tr.State == StateDone && tr.HasScore && !math.IsNaN(tr.Score) && !pending {
 			o.loss = sign * tr.Score
 			done = append(done, o)
 		} else {
@@ -135,14 +153,9 @@ func (t *TPESampler) Ask(space *Space, trial int, h History) (Point, error) {
 	if nResults < t.opt.Startup || len(done) == 0 {
 		return t.sobol.Ask(space, trial, h)
 	}
-	// Rank the results; ties keep trial order, so the split does not
-	// depend on the order of h.Trials.
-	slices.SortFunc(done, func(a, b tpeObs) int {
-		if c := cmp.Compare(a.loss, b.loss); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.number, b.number)
-	})
+	// Trial order, so that the split does not depend on the order of
+	// h.Trials.
+	slices.SortFunc(done, func(a, b tpeObs) int { return cmp.Compare(a.number, b.number) })
 	dims := tpeDims(space)
 	if len(dims) == 0 {
 		return t.sobol.Ask(space, trial, h) // nothing to search
@@ -206,25 +219,34 @@ func (t *TPESampler) Ask(space *Space, trial int, h History) (Point, error) {
 	return Point{v: v}, nil
 }
 
-// propose fits l and g over dims to the results done (sorted best first)
-// and the rest bad, and returns the candidate, in model units, with the
-// best l/g; comp names the stream that picks the candidates' components.
-func (t *TPESampler) propose(space *Space, trial int, dims []tpeDim, done, bad []tpeObs, comp string) []float64 {
-	nBelow := min(int(math.Ceil(tpeBeta*float64(len(done)))), tpeMaxBelow, len(done))
-	below := slices.Clone(done[:nBelow])
-	above := append(slices.Clone(done[nBelow:]), bad...)
-	byNumber := func(a, b tpeObs) int { return cmp.Compare(a.number, b.number) }
-	slices.SortFunc(below, byNumber)
-	slices.SortFunc(above, byNumber)
+// tpeNBelow is the size of the good group among n results.
+func tpeNBelow(n int) int {
+	return min(int(math.Ceil(tpeBeta*float64(n))), tpeMaxBelow, n)
+}
+
+// split divides the results done (in trial order) into the good group,
+// with its kernels' weights and the weight of its prior, and the rest.
+func (t *TPESampler) split(done []tpeObs) (below []tpeObs, wBelow []float64, priorBelow float64, rest []tpeObs) {
+	if t.multi() {
+		return moSplit(done, tpeNBelow(len(done)))
+	}
+	// Rank the results; ties keep trial order.
+	ranked := slices.Clone(done)
+	slices.SortStableFunc(ranked, func(a, b tpeObs) int { return cmp.Compare(a.loss, b.loss) })
+	nBelow := tpeNBelow(len(ranked))
+	below, rest = slices.Clone(ranked[:nBelow]), ranked[nBelow:]
+	// Back to trial order: the mixture's component order (and so which
+	// candidate a draw picks) must not depend on ties among the scores.
+	slices.SortFunc(below, func(a, b tpeObs) int { return cmp.Compare(a.number, b.number) })
 
 	// EI weights for the good group: how far each is below the best of
 	// the rest ([W23] "EI"); uniform when no finished trial is above.
-	wBelow := make([]float64, len(below))
+	wBelow = make([]float64, len(below))
 	threshold := math.Inf(1)
-	for _, o := range done[nBelow:] {
+	for _, o := range rest {
 		threshold = min(threshold, o.loss)
 	}
-	priorBelow := 1.0
+	priorBelow = 1.0
 	if math.IsInf(threshold, 1) {
 		for i := range wBelow {
 			wBelow[i] = 1
@@ -237,6 +259,16 @@ func (t *TPESampler) propose(space *Space, trial int, dims []tpeDim, done, bad [
 		}
 		priorBelow = sum / float64(len(below))
 	}
+	return below, wBelow, priorBelow, rest
+}
+
+// propose fits l and g over dims to the results done (in trial order)
+// and the rest bad, and returns the candidate, in model units, with the
+// best l/g; comp names the stream that picks the candidates' components.
+func (t *TPESampler) propose(space *Space, trial int, dims []tpeDim, done, bad []tpeObs, comp string) []float64 {
+	below, wBelow, priorBelow, rest := t.split(done)
+	above := append(slices.Clone(rest), bad...)
+	slices.SortFunc(above, func(a, b tpeObs) int { return cmp.Compare(a.number, b.number) })
 	wAbove := make([]float64, len(above))
 	for i := range wAbove {
 		wAbove[i] = 1

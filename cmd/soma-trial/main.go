@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 
@@ -120,7 +121,11 @@ EXAMPLES:
 
     # flags instead of a spec file
     soma-trial --root ./soma --study s --direction minimize --budget 20 \
-        --param lr=float:1e-5:1e-1:log --param opt=choice:adam,sgd -- ./train.sh {lr} {opt}`,
+        --param lr=float:1e-5:1e-1:log --param opt=choice:adam,sgd -- ./train.sh {lr} {opt}
+
+    # two objectives: the objective prints "<error> <latency_ms>" last
+    soma-trial --root ./soma --study s2 --direction minimize,minimize --metrics error,latency_ms \
+        --budget 100 --param lr=float:1e-5:1e-1:log -- ./train.sh {lr}`,
 		Writer:          stdout,
 		ErrWriter:       stderr,
 		HideHelpCommand: true,
@@ -140,9 +145,12 @@ EXAMPLES:
 			&cli.StringFlag{Name: "study", Usage: "the study's name (letters, digits, -_.; required)"},
 			&cli.StringFlag{Name: "spec", Usage: "a TOML study spec (space, direction, sampler, pruner, budget)"},
 			&cli.StringSliceFlag{Name: "param", Usage: "a knob, instead of --spec: name=float:LOW:HIGH[:log|:step=S], int:LOW:HIGH[:log|:step=S], choice:A,B, fixed:V; add \" if COND\" to make it conditional: \"mom=float:0:0.99 if opt==sgd\" (COND: opt==sgd, opt!=sgd, opt in [sgd,adam], layers>=3 (<, <=, >, >= on int params), joined by and)"},
-			&cli.StringFlag{Name: "direction", Usage: "with --param: minimize or maximize"},
-			&cli.StringFlag{Name: "sampler", Usage: "with --param: tpe (default), random, sobol, grid; options as tpe:startup=20"},
-			&cli.StringFlag{Name: "pruner", Usage: "with --param: none (default), median, percentile, asha; options as median:warmup=5"},
+			// Slices, so that a repeated --direction adds an objective
+			// rather than silently replacing the first; commas do too.
+			&cli.StringSliceFlag{Name: "direction", Usage: "with --param: minimize or maximize; for several objectives one per objective, joined by commas (or the flag repeated) and named by --metrics: --direction minimize,maximize --metrics error,latency_ms"},
+			&cli.StringSliceFlag{Name: "metrics", Usage: "with --param: the objectives' names, one per --direction entry, in the order the objective prints its scores (final 0.12 35.1): error,latency_ms"},
+			&cli.StringFlag{Name: "sampler", Usage: "with --param: tpe (default; with several objectives, multi-objective TPE), random, sobol, grid, nsga2 (several objectives); options as tpe:startup=20"},
+			&cli.StringFlag{Name: "pruner", Usage: "with --param: none (default), median, percentile, asha; options as median:warmup=5; with several objectives name the metric it judges: median:metric=error"},
 			&cli.IntFlag{Name: "budget", Usage: "with --param: number of trials (at least 1; for grid, leave it out for the grid's size)", DefaultText: "none"},
 			&cli.Uint64Flag{Name: "seed", Usage: "with --param: the study's seed"},
 			&cli.IntFlag{Name: "trial", Value: -1, Usage: "run exactly this trial number (0 to budget-1) and exit (one trial per array task)", DefaultText: "none"},
@@ -365,7 +373,7 @@ func specFromFlags(c *cli.Context) (*study.Spec, error) {
 	case file != "" && len(params) > 0:
 		return nil, errors.New("give --spec or --param, not both")
 	case file != "":
-		for _, f := range []string{"direction", "sampler", "pruner", "budget", "seed"} {
+		for _, f := range []string{"direction", "metrics", "sampler", "pruner", "budget", "seed"} {
 			if c.IsSet(f) {
 				return nil, fmt.Errorf("--%s goes with --param; with --spec, set it in %s", f, file)
 			}
@@ -380,7 +388,15 @@ func specFromFlags(c *cli.Context) (*study.Spec, error) {
 		}
 		return s, nil
 	case len(params) > 0:
-		return study.SpecFromFlags(params, c.String("direction"), c.String("sampler"), c.String("pruner"), c.Int("budget"), c.Uint64("seed"))
+		return study.SpecFlags{
+			Params:    params,
+			Direction: strings.Join(c.StringSlice("direction"), ","),
+			Metrics:   strings.Join(c.StringSlice("metrics"), ","),
+			Sampler:   c.String("sampler"),
+			Pruner:    c.String("pruner"),
+			Budget:    c.Int("budget"),
+			Seed:      c.Uint64("seed"),
+		}.Spec()
 	}
 	return nil, nil // join the existing study
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,5 +75,61 @@ x = "float:0:1"
 	}
 	if done == 0 || failed == 0 || done+failed != 8 {
 		t.Errorf("%d done and %d failed, want both, 8 in all", done, failed)
+	}
+}
+
+// Issue 21: a study with several objectives declared by flags, in both
+// forms (commas, and the flag repeated), runs with the default sampler
+// (multi-objective tpe) and records both scores under the named metrics.
+func TestSeveralObjectivesByFlags(t *testing.T) {
+	testutil.NeedPython(t, "json")
+	dir := t.TempDir()
+	obj := filepath.Join(dir, "obj.py")
+	if err := os.WriteFile(obj, []byte(`import sys
+x = float(sys.argv[1])
+print("%r %r" % (x, (1 - x) ** 2))
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		flags []string
+	}{
+		{"commas", []string{"--direction", "minimize,maximize", "--metrics", "x,y"}},
+		{"repeated", []string{"--direction", "minimize", "--direction", "maximize", "--metrics", "x", "--metrics", "y"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := filepath.Join(dir, tc.name)
+			args := append([]string{"--root", root, "--study", "s", "--param", "x=float:0:1", "--budget", "14", "--no-wait"}, tc.flags...)
+			c := exec.Command(bin, append(args, "--", testutil.Python(), obj, "{x}")...)
+			if out, err := c.CombinedOutput(); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			st, err := fsstore.Open(root, fsstore.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := study.Open(context.Background(), st, "s", nil, study.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := s.Spec()
+			if got := fmt.Sprintln(spec.Directions, spec.Metrics, spec.Sampler.Name); got != "[minimize maximize] [x y] tpe\n" {
+				t.Errorf("spec: %s, want [minimize maximize] [x y] tpe", got)
+			}
+			recs, _, err := s.Attempts(context.Background(), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := 0
+			for _, r := range recs {
+				if r.State == study.StateDone && len(r.Scores) == 2 && r.Scores[1] == (1-r.Scores[0])*(1-r.Scores[0]) {
+					done++
+				}
+			}
+			if done != 14 {
+				t.Errorf("%d of 14 trials done with both scores", done)
+			}
+		})
 	}
 }

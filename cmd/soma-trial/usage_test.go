@@ -36,6 +36,10 @@ func TestEverythingTypedIsCheckedBeforeTheStoreIsMade(t *testing.T) {
 		{"negative trial", append([]string{"--study", "s", "--trial", "-5"}, spec...), []string{"true"}, "--trial -5"},
 		{"trial beyond the budget", append([]string{"--study", "s", "--trial", "999"}, spec...), []string{"true"}, "--trial 999: the study runs 3 trials, numbered 0 to 2"},
 		{"budget in flag syntax", []string{"--study", "s", "--param", "x=float:0:1", "--direction", "minimize"}, []string{"true"}, "(e.g. --budget 100)"},
+		// Issue 21: several objectives by flags; counts must match.
+		{"directions without metrics", []string{"--study", "s", "--param", "x=float:0:1", "--budget", "3", "--direction", "minimize,maximize"}, []string{"true"}, "2 objectives need names: add --metrics NAME,NAME"},
+		{"metrics count", []string{"--study", "s", "--param", "x=float:0:1", "--budget", "3", "--direction", "minimize", "--direction", "maximize", "--metrics", "error"}, []string{"true"}, "--direction has 2 entries (minimize,maximize) but --metrics has 1 (error)"},
+		{"metrics with --spec", []string{"--study", "s", "--spec", "x.toml", "--metrics", "a,b"}, []string{"true"}, "--metrics goes with --param"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -276,6 +276,7 @@ var ownedTrialFlags = map[string]string{
 	"spec":      "the study is created at submission; give the spec to submit instead",
 	"param":     "the study is created at submission; give the spec to submit instead",
 	"direction": "the study is created at submission; give the spec to submit instead",
+	"metrics":   "the study is created at submission; give the spec to submit instead",
 	"sampler":   "the study is created at submission; give the spec to submit instead",
 	"pruner":    "the study is created at submission; give the spec to submit instead",
 	"budget":    "the study is created at submission; give the spec to submit instead",
