@@ -3,8 +3,13 @@
 # their floors measured in the same run, printed as one markdown table.
 #
 #   round trip  a warm no-op plan over loopback HTTP (p50, p99), against
-#               the same frame to an already running Python over a pipe,
-#               and a bare loopback HTTP request (goal: p50 < 5 ms)
+#               the floor: the same frame to an already running Python
+#               over a pipe plus a bare loopback HTTP request (goal: p50
+#               < 5 ms and within 2x of the floor). Latency on a shared
+#               machine is noisy: ROUNDS runs of N plans each, medians of
+#               their p50s and p99s, the load average before and after,
+#               and the CPU each plan cost (Go: client, server and worker
+#               in one process; Python: the daemon), which load moves less
 #   forward     a SOMA_BENCH_MB (default 100) MB float32 array by blob
 #               reference, by Zarr rows and inline, against reading the
 #               bytes from the store and a raw loopback TCP copy (goal:
@@ -17,8 +22,9 @@
 # Usage: scripts/bench-worker.sh            (from anywhere in the repository)
 # Env:   SOMA_PYTHON    interpreter with numpy (default /usr/bin/python3)
 #        SOMA_BENCH_MB  array size in MB (default 100)
-#        N              iterations of each benchmark (default 30 round
+#        N              iterations of each benchmark (default 2000 round
 #                       trips, 5 forwards, 2 env reuses)
+#        ROUNDS         runs of the round-trip benchmark (default 5)
 set -eu
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,11 +39,44 @@ trap 'rm -rf "$tmp"' EXIT
 echo "bench-worker: building and running worker's benchmarks" >&2
 (cd "$root" && go test -c -o "$tmp/worker.test" ./worker)
 cd "$root/worker"
-"$tmp/worker.test" -test.run '^$' -test.bench 'RoundTrip' -test.benchtime "${N:-30}x" >"$tmp/out.txt"
-"$tmp/worker.test" -test.run '^$' -test.bench 'Forward' -test.benchtime "${N:-5}x" >>"$tmp/out.txt"
+load0=$(cut -d' ' -f1 /proc/loadavg)
+"$tmp/worker.test" -test.run '^$' -test.bench 'RoundTrip' -test.benchtime "${N:-2000}x" -test.count "${ROUNDS:-5}" >"$tmp/rt.txt"
+load1=$(cut -d' ' -f1 /proc/loadavg)
+"$tmp/worker.test" -test.run '^$' -test.bench 'Forward' -test.benchtime "${N:-5}x" >"$tmp/out.txt"
 "$tmp/worker.test" -test.run '^$' -test.bench 'EnvReuse' -test.benchtime "${N:-2}x" >"$tmp/env.txt"
 
-echo "## soma-worker: plans over loopback vs the floors (SOMA_BENCH_MB=${SOMA_BENCH_MB:-100}; load average $(cut -d' ' -f1 /proc/loadavg))"
+echo "## soma-worker: warm no-op plan vs the floor (medians of ${ROUNDS:-5} runs of ${N:-2000} plans; load average $load0 before, $load1 after, on $(nproc) CPUs)"
+echo
+awk '
+function median(list,    a, n, i, j, t) {
+	n = split(list, a, " ")
+	for (i = 2; i <= n; i++)
+		for (j = i; j > 1 && a[j-1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+	return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
+}
+/^Benchmark/ {
+	name = $1; sub(/^BenchmarkRoundTrip\//, "", name); sub(/-[0-9]+$/, "", name)
+	if (!(name in seen)) { seen[name] = 1; order[++rows] = name }
+	for (i = 4; i < NF; i++) {
+		if ($(i+1) == "p50-ms") P50[name] = P50[name] " " $i
+		if ($(i+1) == "p99-ms") P99[name] = P99[name] " " $i
+		if ($(i+1) == "go-cpu-us") GO[name] = GO[name] " " $i
+		if ($(i+1) == "py-cpu-us") PY[name] = PY[name] " " $i
+	}
+}
+END {
+	floor = median(P50["python-pipe"]) + median(P50["loopback-http"])
+	print "| round trip | p50 ms | p99 ms | CPU per plan, Go / Python µs | p50 vs floor |"
+	print "|---|---:|---:|---:|---|"
+	for (r = 1; r <= rows; r++) {
+		k = order[r]; cpu = ""; vs = ""
+		if (GO[k] != "") cpu = sprintf("%.0f / %.0f", median(GO[k]), median(PY[k]))
+		if (k == "soma-worker" || k == "in-process") vs = sprintf("%.1fx (floor %.3f ms = pipe + http)", median(P50[k]) / floor, floor)
+		printf "| %s | %.3f | %.3f | %s | %s |\n", k, median(P50[k]), median(P99[k]), cpu, vs
+	}
+}' "$tmp/rt.txt"
+echo
+echo "## soma-worker: forward of a large array vs the floors (SOMA_BENCH_MB=${SOMA_BENCH_MB:-100}; load average $(cut -d' ' -f1 /proc/loadavg))"
 echo
 awk '
 /^Benchmark/ {
@@ -56,7 +95,6 @@ END {
 	print "|---|---:|---:|---:|---|"
 	for (r = 1; r <= rows; r++) {
 		k = n[r]; vs = ""
-		if (k == "RoundTrip/soma-worker") vs = sprintf("%.1fx python-pipe, %.1fx loopback-http", P50[k] / P50["RoundTrip/python-pipe"], P50[k] / P50["RoundTrip/loopback-http"])
 		if (k == "Forward/blob" || k == "Forward/zarr") vs = sprintf("%.2fx store-read", P50[k] / P50["Forward/store-read"])
 		if (k == "Forward/inline") vs = sprintf("%.2fx loopback-copy", P50[k] / P50["Forward/loopback-copy"])
 		printf "| %s | %s | %s | %s | %s |\n", k, P50[k], P99[k], MB[k], vs

@@ -172,7 +172,7 @@ func startDaemon(ctx context.Context, key string, s daemonSpec) (*daemon, error)
 	}
 }
 
-// callResult is what the goroutine of one call hands back.
+// callResult is what one call read.
 type callResult struct {
 	r    pipeReply
 	body []byte
@@ -183,26 +183,27 @@ type callResult struct {
 // first, the daemon is interrupted (SIGINT, which daemon.py turns into a
 // cancelled reply) and, if it has not answered within the grace, killed.
 // A failed call that leaves the pipe unusable marks the daemon broken.
+//
+// The caller's goroutine does the pipe I/O itself and a context.AfterFunc
+// watches ctx. (A goroutine per call did the I/O while the caller
+// selected on it and ctx: one more goroutine start and hand-off a plan,
+// which on a loaded 2-core node cost a warm no-op plan tens of µs.)
 func (d *daemon) call(ctx context.Context, head any, body *pipeBody) (pipeReply, []byte, error) {
 	if d.broken {
 		return pipeReply{}, nil, fmt.Errorf("%w (earlier)", ErrDaemonDied)
 	}
-	ch := make(chan callResult, 1)
-	go func() {
-		var r callResult
-		if err := writePipeFrame(d.in, head, body); err != nil {
-			r.err = err
-		} else {
-			r.body, r.err = readPipeFrame(d.out, &r.r)
-		}
-		ch <- r
-	}()
+	w := &callWatch{d: d}
+	stop := context.AfterFunc(ctx, w.interrupt)
 	var res callResult
-	select {
-	case res = <-ch:
-	case <-ctx.Done():
-		res = d.interrupt(ch)
-		if res.err == nil && (res.r.Cancelled || res.r.OK) {
+	if err := writePipeFrame(d.in, head, body); err != nil {
+		res.err = err
+	} else {
+		res.body, res.err = readPipeFrame(d.out, &res.r)
+	}
+	if !stop() {
+		// ctx ended during the call: it was interrupted.
+		killed := w.finish()
+		if !killed && res.err == nil && (res.r.Cancelled || res.r.OK) {
 			// It stopped in time; the pipe is in step and the daemon
 			// can serve again.
 			return pipeReply{}, nil, context.Cause(ctx)
@@ -218,19 +219,37 @@ func (d *daemon) call(ctx context.Context, head any, body *pipeBody) (pipeReply,
 	return res.r, res.body, nil
 }
 
-// interrupt asks the call in flight to stop, then kills the daemon if it
-// has not answered within the grace. It returns the call's result.
-func (d *daemon) interrupt(ch <-chan callResult) callResult {
-	_ = d.cmd.Process.Signal(syscall.SIGINT)
-	t := time.NewTimer(d.grace)
-	defer t.Stop()
-	select {
-	case res := <-ch:
-		return res
-	case <-t.C:
-		d.kill()
-		return <-ch
+// callWatch interrupts a call whose ctx ended: SIGINT at once, SIGKILL
+// after the grace unless the call finished first.
+type callWatch struct {
+	d        *daemon
+	mu       sync.Mutex
+	finished bool
+	kill     *time.Timer
+}
+
+// interrupt runs (in its own goroutine) when the call's ctx ends.
+func (w *callWatch) interrupt() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.finished {
+		return
 	}
+	_ = w.d.cmd.Process.Signal(syscall.SIGINT)
+	w.kill = time.AfterFunc(w.d.grace, func() {
+		// Not d.kill: the call's goroutine owns d.broken. The pipe
+		// read then ends with the process.
+		_ = w.d.cmd.Process.Kill()
+	})
+}
+
+// finish ends the watch once the call returned and reports whether the
+// daemon was (or is being) killed.
+func (w *callWatch) finish() (killed bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.finished = true
+	return w.kill != nil && !w.kill.Stop()
 }
 
 // kill ends the daemon (SIGKILL) and waits for it to exit.

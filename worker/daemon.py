@@ -246,7 +246,11 @@ class Daemon:
         self.loaded_dir = None  # the folder whose modules are imported
         self.modules = {}
         self.in_call = False
-        self.saved_fds = None
+        # Copies of descriptors 1 and 2 as they are between plans, made
+        # once (at the first plan) and kept: per plan only the log's
+        # open and two dup2 each way remain (it was 11 syscalls a plan).
+        self.home_fds = None
+        self.log_open = False
 
     # signals
 
@@ -259,25 +263,25 @@ class Daemon:
     def open_log(self, path):
         sys.stdout.flush()
         sys.stderr.flush()
+        if self.home_fds is None:
+            self.home_fds = (os.dup(1), os.dup(2))  # not inheritable (PEP 446)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self.saved_fds = (os.dup(1), os.dup(2))
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
+        self.log_open = True
 
     def close_log(self):
-        if self.saved_fds is None:
+        if not self.log_open:
             return
         try:
             sys.stdout.flush()
             sys.stderr.flush()
         except Exception:
             pass
-        os.dup2(self.saved_fds[0], 1)
-        os.dup2(self.saved_fds[1], 2)
-        os.close(self.saved_fds[0])
-        os.close(self.saved_fds[1])
-        self.saved_fds = None
+        os.dup2(self.home_fds[0], 1)
+        os.dup2(self.home_fds[1], 2)
+        self.log_open = False
 
     # ops
 

@@ -174,6 +174,26 @@ class DaemonProcessTest(unittest.TestCase):
         self.assertIn("hello from print", log)
         self.assertIn("raw fd 1", log)
 
+    def test_logs_per_plan_without_leaking_descriptors(self):
+        # The descriptors 1 and 2 go back to between plans are copied once,
+        # not per plan: three plans leave as many open descriptors as one,
+        # and each plan's log holds its own output only.
+        fds = lambda: len(os.listdir("/proc/%d/fd" % self.proc.pid))
+        counts = []
+        for i in range(3):
+            log = os.path.join(self.tmp.name, "plan%d.log" % i)
+            r, _ = self.ask({"op": "batch", "ops": [
+                {"op": "plan", "plan": "p%d" % i, "dir": self.tmp.name, "log": log, "seed": 1,
+                 "nodes": [{"id": "e", "file": "filters.py", "class": "Echo",
+                            "config": {"greeting": "plan %d" % i}}]},
+                {"op": "call", "node": "e", "method": "forward", "args": [{"kind": "none"}]},
+                {"op": "end", "always": True}]})
+            self.assertTrue(all(x["ok"] for x in r["replies"]), r)
+            with open(log) as f:
+                self.assertEqual(f.read(), "plan %d from print\nraw fd 1\n" % i)
+            counts.append(fds())
+        self.assertEqual(counts[0], counts[2], "descriptors leak per plan")
+
     def test_exception_has_traceback(self):
         r, _ = self.ask({"op": "plan", "plan": "p", "dir": self.tmp.name, "log": self.log, "seed": 1,
                          "nodes": [{"id": "b", "file": "filters.py", "class": "Boom"}]})

@@ -19,6 +19,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -90,6 +91,11 @@ func (e *EnvBuildError) Unwrap() error { return e.Err }
 // by a later Prune. The folder is not moved after pip ran because pip
 // writes the venv's absolute path into the scripts it installs.
 //
+// An env is in use while an Env of it is held, and for envLinger after
+// this process released its last one (the next plan then takes no lock);
+// Prune evicts envs not in use, least recently used first, by the use
+// time each process refreshes at most once per envTouchEvery.
+//
 // Layout under Dir:
 //
 //	envs/<key>          symlink to ../store/<key>.<nonce>, the published env
@@ -112,10 +118,49 @@ type EnvPool struct {
 	// third of a warm no-op plan's CPU (pprof, BenchmarkRoundTrip).
 	checked sync.Map // folder path -> struct{}
 
+	// holds are this process's in-use locks, by env folder (envHold);
+	// keys are the keys of the specs seen, by spelling.
+	mu    sync.Mutex
+	holds map[string]*envHold
+	keys  map[string]string
+
 	// Test seams: pipStarted is called once pip runs in dir as process
-	// pid; poll is how often a waiter retries a held lock.
+	// pid; poll is how often a waiter retries a held lock; now is the
+	// clock of use times; linger is how long an unused hold is kept.
 	pipStarted func(dir string, pid int)
 	poll       time.Duration
+	now        func() time.Time
+	linger     time.Duration
+}
+
+// envTouchEvery is how often a use of an env refreshes its use time (the
+// mtime of its marker, which Prune's least-recently-used order reads),
+// and envLinger how long this process keeps an env's in-use lock after
+// its last plan ended. Both were per plan: a warm no-op plan opened and
+// locked .soma-in-use, and set the marker's mtime twice (at Get and at
+// Release): 6 of its syscalls and about 60 µs of its 300 (os.Open is
+// about 40 µs here; BenchmarkRoundTrip, strace -c). A minute is far finer
+// than eviction needs (envs are built in seconds to minutes and evicted
+// when the cache folder is full), and an env a worker used within the
+// last minute is the last one LRU would pick anyway.
+const (
+	envTouchEvery = time.Minute
+	envLinger     = time.Minute
+)
+
+// envHold is this process's shared flock on a published env's in-use
+// file, shared by every Env handed out for that folder: the first Get
+// takes it, later ones count themselves in (refs), and it is let go
+// envLinger after the last Release, or at once by this pool's Prune.
+// While it is held no process evicts the env (Prune takes the lock
+// exclusively, which a shared lock on another descriptor, even in this
+// process, refuses).
+type envHold struct {
+	key, dir string
+	lock     *flock.Flock
+	refs     int         // Envs not yet released
+	touched  time.Time   // when this process last set the marker's mtime
+	idle     *time.Timer // lets the lock go envLinger after refs reached 0
 }
 
 // Env is a ready virtual environment, held in use until Release.
@@ -124,23 +169,90 @@ type Env struct {
 	Dir    string // the venv's folder; stays put while the Env is in use
 	Python string // path of the venv's python
 
-	lock *flock.Flock // shared lock on Dir/.soma-in-use
+	hold *envHold // the shared lock on Dir/.soma-in-use
 	once sync.Once
 	pool *EnvPool
 }
 
 // Release marks the env no longer in use by a running plan (eviction
-// never removes an env in use, by this process or another). Calling it
+// never removes an env in use, by this process or another; this process
+// keeps the in-use lock envLinger longer, for its next plan). Calling it
 // more than once is harmless.
 func (e *Env) Release() {
-	e.once.Do(func() {
-		// The end of a use counts as a use, for least-recently-used.
-		now := time.Now()
-		_ = os.Chtimes(filepath.Join(e.Dir, markerFile), now, now)
-		if err := e.lock.Close(); err != nil && e.pool != nil {
-			e.pool.log.Warn("release env", "key", e.Key, "err", err)
+	e.once.Do(func() { e.pool.release(e.hold) })
+}
+
+// handLocked returns a new Env of h, counted in its users, and refreshes
+// the env's use time if it is stale. p.mu is held.
+func (p *EnvPool) handLocked(h *envHold) *Env {
+	h.refs++
+	if h.idle != nil {
+		h.idle.Stop()
+	}
+	p.touchLocked(h)
+	return &Env{Key: h.key, Dir: h.dir, Python: filepath.Join(h.dir, "bin", "python"), hold: h, pool: p}
+}
+
+// touchLocked sets the use time of h's env (its marker's mtime, for
+// least-recently-used eviction) unless this process did within
+// envTouchEvery. p.mu is held.
+func (p *EnvPool) touchLocked(h *envHold) {
+	now := p.now()
+	if !h.touched.IsZero() && now.Sub(h.touched) < envTouchEvery {
+		return
+	}
+	h.touched = now
+	if err := os.Chtimes(filepath.Join(h.dir, markerFile), now, now); err != nil {
+		p.log.Warn("env use time", "key", h.key, "err", err)
+	}
+}
+
+// release ends one use of h; the end of a use counts as a use.
+func (p *EnvPool) release(h *envHold) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h.refs--
+	p.touchLocked(h)
+	if h.refs > 0 {
+		return
+	}
+	if h.idle == nil {
+		h.idle = time.AfterFunc(p.linger, func() { p.expire(h) })
+	} else {
+		h.idle.Reset(p.linger)
+	}
+}
+
+// expire lets h's lock go if nobody took h again meanwhile.
+func (p *EnvPool) expire(h *envHold) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if h.refs == 0 && p.holds[h.dir] == h {
+		p.dropLocked(h)
+	}
+}
+
+// dropLocked unlocks h and forgets it. p.mu is held.
+func (p *EnvPool) dropLocked(h *envHold) {
+	if h.idle != nil {
+		h.idle.Stop()
+	}
+	delete(p.holds, h.dir)
+	if err := h.lock.Close(); err != nil {
+		p.log.Warn("release env", "key", h.key, "err", err)
+	}
+}
+
+// dropIdle lets go of the in-use locks that no Env of this process
+// holds, so that Prune may evict their envs.
+func (p *EnvPool) dropIdle() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, h := range p.holds {
+		if h.refs == 0 {
+			p.dropLocked(h)
 		}
-	})
+	}
 }
 
 const (
@@ -201,7 +313,8 @@ func NewEnvPool(o EnvOptions) (*EnvPool, error) {
 			return nil, fmt.Errorf("worker: env pool: %w", err)
 		}
 	}
-	p := &EnvPool{dir: dir, python: o.Python, interp: interp, basePip: hasPipPython(o.Python), maxBytes: o.MaxBytes, log: o.Logger, poll: 50 * time.Millisecond}
+	p := &EnvPool{dir: dir, python: o.Python, interp: interp, basePip: hasPipPython(o.Python), maxBytes: o.MaxBytes, log: o.Logger,
+		holds: map[string]*envHold{}, keys: map[string]string{}, poll: 50 * time.Millisecond, now: time.Now, linger: envLinger}
 	if p.maxBytes == 0 {
 		p.maxBytes = DefaultEnvMaxBytes
 	}
@@ -375,6 +488,32 @@ func (p *EnvPool) Key(spec EnvSpec) (string, error) {
 }
 
 func (p *EnvPool) key(n EnvSpec) string {
+	// Remembered per spelling: the JSON and the hash were about 10 µs of
+	// every warm plan. Each string is length-prefixed, so no two specs
+	// share a spelling (a separator byte did: "a","b" and "a\x01b").
+	fp := fmt.Sprintf("%t %t %d %d ", n.SystemSitePackages, n.NoIndex, len(n.Requirements), len(n.FindLinks))
+	for _, x := range slices.Concat(n.Requirements, n.FindLinks, []string{n.IndexURL}) {
+		fp += strconv.Itoa(len(x)) + ":" + x
+	}
+	p.mu.Lock()
+	k, ok := p.keys[fp]
+	p.mu.Unlock()
+	if ok {
+		return k
+	}
+	k = p.computeKey(n)
+	p.mu.Lock()
+	if len(p.keys) < maxKeys {
+		p.keys[fp] = k
+	}
+	p.mu.Unlock()
+	return k
+}
+
+// maxKeys bounds the keys an EnvPool remembers.
+const maxKeys = 1024
+
+func (p *EnvPool) computeKey(n EnvSpec) string {
 	b, err := json.Marshal(struct {
 		Format      int         `json:"format"`
 		Spec        EnvSpec     `json:"spec"`
@@ -392,7 +531,8 @@ var errNotReady = errors.New("env not ready")
 
 // Get returns a ready venv for spec, building it once (across goroutines
 // and processes) and reusing it afterwards without running pip. The Env
-// is in use, and so safe from eviction, until its Release. A spec that
+// is in use, and so safe from eviction, until its Release (and envLinger
+// longer, unless this pool prunes meanwhile). A spec that
 // cannot be built returns an *EnvBuildError; a cancelled ctx stops the
 // wait, or the build (pip gets SIGTERM), and leaves nothing published.
 func (p *EnvPool) Get(ctx context.Context, spec EnvSpec) (*Env, error) {
@@ -442,6 +582,15 @@ func (p *EnvPool) open(key string) (*Env, error) {
 		}
 		p.checked.Store(dir, struct{}{})
 	}
+	p.mu.Lock()
+	if h, ok := p.holds[dir]; ok {
+		// This process holds the folder in use, so no one has evicted
+		// it, and the link still points at it: no lock to take.
+		env := p.handLocked(h)
+		p.mu.Unlock()
+		return env, nil
+	}
+	p.mu.Unlock()
 	// No O_CREATE: if an eviction removed dir meanwhile, fail rather than
 	// recreate a file in a folder being deleted.
 	lock := flock.New(filepath.Join(dir, inUseFile), flock.SetFlag(os.O_RDONLY))
@@ -454,9 +603,24 @@ func (p *EnvPool) open(key string) (*Env, error) {
 		lock.Close()
 		return nil, errNotReady
 	}
-	now := time.Now()
-	_ = os.Chtimes(filepath.Join(dir, markerFile), now, now) // last use, for LRU
-	return &Env{Key: key, Dir: dir, Python: filepath.Join(dir, "bin", "python"), lock: lock, pool: p}, nil
+	return p.hold(key, dir, lock, time.Time{}), nil
+}
+
+// hold hands out an Env of dir under this process's in-use lock, which
+// the caller has just taken as lock (dropped if another goroutine took
+// one meanwhile). touched is when the marker's mtime was last set (zero:
+// set it now).
+func (p *EnvPool) hold(key, dir string, lock *flock.Flock, touched time.Time) *Env {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h, ok := p.holds[dir]
+	if ok {
+		lock.Close()
+	} else {
+		h = &envHold{key: key, dir: dir, lock: lock, touched: touched}
+		p.holds[dir] = h
+	}
+	return p.handLocked(h)
 }
 
 // check says why the env in dir cannot be used for key: no completion
@@ -600,7 +764,7 @@ func (p *EnvPool) build(ctx context.Context, key string, n EnvSpec) (env *Env, e
 		return nil, fmt.Errorf("worker: build env %s: publish: %w", key, err)
 	}
 	p.log.Info("built env", "key", key, "dir", dir, "bytes", size, "took", time.Since(start).Round(time.Millisecond))
-	return &Env{Key: key, Dir: dir, Python: filepath.Join(dir, "bin", "python"), lock: lock, pool: p}, nil
+	return p.hold(key, dir, lock, p.now()), nil // the marker was just written
 }
 
 // run runs one build step and turns its failure into an *EnvBuildError.
@@ -714,6 +878,7 @@ func (p *EnvPool) Prune(ctx context.Context) error {
 		return nil
 	}
 	defer plock.Close()
+	p.dropIdle()
 
 	entries, err := os.ReadDir(filepath.Join(p.dir, "store"))
 	if err != nil {

@@ -681,9 +681,11 @@ func killAndWait(t *testing.T, pid int) {
 }
 
 // BenchmarkEnvPoolGetWarm is the cost of handing out an env that is
-// already built (what every plan after the first pays): a readlink, the
-// marker and pyvenv.cfg read, a shared flock, a touch. It reports the
-// pip runs it caused, which must be 0.
+// already built (what every plan after the first pays): a readlink and
+// the key; the marker and pyvenv.cfg are checked once per process, the
+// in-use lock is held between plans (envLinger) and the use time set at
+// most once per envTouchEvery. It reports the pip runs it caused, which
+// must be 0.
 func BenchmarkEnvPoolGetWarm(b *testing.B) {
 	testutil.NeedPython(b, "venv")
 	p, pips := newTestPool(b, b.TempDir(), 0)

@@ -114,22 +114,25 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, http.StatusBadRequest, err)
 		return
 	}
+	if r.URL.Query().Get("wait") != "" {
+		// The plan runs in this handler's goroutine (Worker.Run: one
+		// hand-off less than Submit and Wait), but not under the
+		// request's context: a client that goes away can GET the
+		// result later, or DELETE the plan.
+		res, err := s.w.Run(context.Background(), &p)
+		if err != nil {
+			s.fail(w, statusOf(err), err)
+			return
+		}
+		s.reply(w, http.StatusOK, res)
+		return
+	}
 	if err := s.w.Submit(&p); err != nil {
 		s.fail(w, statusOf(err), err)
 		return
 	}
-	if r.URL.Query().Get("wait") == "" {
-		res, _ := s.w.Status(p.ID)
-		s.reply(w, http.StatusAccepted, res)
-		return
-	}
-	// Waiting does not tie the plan to this request: a client that goes
-	// away can GET the result later, or DELETE the plan.
-	res, err := s.w.Wait(r.Context(), p.ID)
-	if err != nil {
-		return
-	}
-	s.reply(w, http.StatusOK, res)
+	res, _ := s.w.Status(p.ID)
+	s.reply(w, http.StatusAccepted, res)
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {

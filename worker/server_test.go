@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -106,5 +107,73 @@ func TestServeShutdownEndsStreams(t *testing.T) {
 	}
 	if res.State != StateCancelled {
 		t.Fatalf("stream's plan: %s, want cancelled", res.State)
+	}
+}
+
+// TestWorkerRunCancelledByContext: Worker.Run runs the plan in the
+// caller's goroutine; when the caller's context ends the plan is
+// cancelled, as Submit's plans are by Cancel, and the worker serves the
+// next plan with the same daemon.
+func TestWorkerRunCancelledByContext(t *testing.T) {
+	tw := newTestWorker(t, testOptions{})
+	mustSucceed(t, run(t, tw, behaviourPlan(t, "warm", "NoOp")))
+	ctx, cancel := context.WithCancel(context.Background())
+	type ran struct {
+		res *Result
+		err error
+	}
+	done := make(chan ran, 1)
+	go func() {
+		res, err := tw.w.Run(ctx, behaviourPlan(t, "sleepy", "Sleeper"))
+		done <- ran{res, err}
+	}()
+	waitLog(t, tw, "sleepy")
+	if st, err := tw.w.Status("sleepy"); err != nil || st.State != StateRunning {
+		t.Fatalf("Status of the running plan: %v, %v; want running", st, err)
+	}
+	cancel()
+	got := <-done
+	if got.err != nil || got.res.State != StateCancelled {
+		t.Fatalf("Run = %v, %v; want a cancelled result", got.res, got.err)
+	}
+	mustSucceed(t, run(t, tw, behaviourPlan(t, "after", "NoOp")))
+	if n := tw.w.DaemonsStarted(); n != 1 {
+		t.Errorf("%d daemons started, want 1 (Sleeper answers SIGINT; its daemon serves on)", n)
+	}
+}
+
+// TestWaitingClientGoesAway: POST /plans?wait=1 runs the plan in the
+// request's handler, but a client that goes away does not cancel it: the
+// plan runs to its own end (here its timeout), and GET shows it.
+func TestWaitingClientGoesAway(t *testing.T) {
+	tw := newTestWorker(t, testOptions{})
+	mustSucceed(t, run(t, tw, behaviourPlan(t, "warm", "NoOp"))) // the env build is not the plan's time
+	p := behaviourPlan(t, "left", "Sleeper")
+	p.TimeoutSeconds = 3
+	ctx, cancel := context.WithCancel(context.Background())
+	body, err := tw.client.encodePlan(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		var res Result
+		errc <- tw.client.do(ctx, http.MethodPost, "/plans?wait=1", body, &res)
+	}()
+	waitLog(t, tw, "left")
+	cancel() // the client goes away without DELETE
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the request ended with %v, want context.Canceled", err)
+	}
+	res, err := tw.w.Wait(context.Background(), "left")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State != StateFailed || !strings.Contains(res.Error, "timed out") {
+		t.Fatalf("plan ended %s (%q), want failed by its timeout, not cancelled", res.State, res.Error)
+	}
+	got, err := tw.client.Get(context.Background(), "left")
+	if err != nil || got.State != StateFailed {
+		t.Fatalf("GET after the client left: %v, %v", got, err)
 	}
 }

@@ -185,13 +185,18 @@ func (w *Worker) Submit(p *Plan) error {
 		return err
 	}
 	w.changed()
-	go func() {
-		defer w.running.Done()
-		defer stop()
-		res := w.execute(ctx, p, func() { w.setState(rec, StateRunning) })
-		w.finish(rec, res)
-	}()
+	go w.runRegistered(rec, ctx, stop, p)
 	return nil
+}
+
+// runRegistered runs a registered plan to its end (register's contract)
+// and returns its result.
+func (w *Worker) runRegistered(rec *planRecord, ctx context.Context, stop context.CancelFunc, p *Plan) *Result {
+	defer w.running.Done()
+	defer stop()
+	res := w.execute(ctx, p, func() { w.setState(rec, StateRunning) })
+	w.finish(rec, res)
+	return res
 }
 
 // register validates p and records it as queued. The caller owns the
@@ -246,18 +251,20 @@ func (w *Worker) Active() []string {
 	return ids
 }
 
-// Run submits p and waits for its result. If ctx ends first the plan is
-// cancelled.
+// Run runs p and returns its result; the error is Submit's. If ctx ends
+// first the plan is cancelled (as Cancel does) and ends cancelled. The
+// plan is registered as Submit does (Status, Wait and Cancel see it) but
+// runs in the calling goroutine: Submit and Wait cost a warm no-op plan
+// one more goroutine start and hand-off.
 func (w *Worker) Run(ctx context.Context, p *Plan) (*Result, error) {
-	if err := w.Submit(p); err != nil {
+	rec, pctx, stop, err := w.register(p)
+	if err != nil {
 		return nil, err
 	}
-	res, err := w.Wait(ctx, p.ID)
-	if err != nil {
-		_ = w.Cancel(p.ID)
-		return w.Wait(context.Background(), p.ID)
-	}
-	return res, nil
+	w.changed()
+	unwatch := context.AfterFunc(ctx, func() { rec.cancel(ErrCancelled) })
+	defer unwatch()
+	return w.runRegistered(rec, pctx, stop, p), nil
 }
 
 // Wait returns the result of plan id once it has ended.

@@ -1,0 +1,173 @@
+package worker
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gofrs/flock"
+	"github.com/soma-hpc/soma/internal/testutil"
+)
+
+// markerTime returns the use time of env (its marker's mtime).
+func markerTime(t *testing.T, env *Env) time.Time {
+	t.Helper()
+	st, err := os.Stat(filepath.Join(env.Dir, markerFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.ModTime()
+}
+
+// TestEnvUseTimeRefreshedWhenStale: a use of an env refreshes its use
+// time (which least-recently-used eviction reads) at most once per
+// envTouchEvery, not at every plan (a warm no-op plan paid two
+// utimensat(2) for it, at Get and at Release), and still refreshes it
+// once it is stale: at Get, and at the Release that ends a long use.
+func TestEnvUseTimeRefreshedWhenStale(t *testing.T) {
+	testutil.NeedPython(t, "venv")
+	ctx := context.Background()
+	p, _ := newTestPool(t, t.TempDir(), 0)
+	env, err := p.Get(ctx, EnvSpec{}) // builds
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Release()
+	clock := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	p.now = func() time.Time { return clock }
+	use := func() *Env {
+		t.Helper()
+		e, err := p.Get(ctx, EnvSpec{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	steps := []struct {
+		name    string
+		advance time.Duration
+		release bool // the step releases the env it took at the previous step
+		want    time.Time
+	}{
+		{"stale since the build: refreshed", 0, false, clock},
+		{"released 30 s later: not refreshed", 30 * time.Second, true, clock},
+		{"used 30 s later: not refreshed", 0, false, clock},
+		{"released after a 2 min use: refreshed", 2 * time.Minute, true, clock.Add(2*time.Minute + 30*time.Second)},
+		{"used 61 s later: refreshed", 61 * time.Second, false, clock.Add(3*time.Minute + 31*time.Second)},
+	}
+	var held *Env
+	for _, st := range steps {
+		clock = clock.Add(st.advance)
+		if st.release {
+			held.Release()
+		} else {
+			if held != nil {
+				held.Release()
+			}
+			held = use()
+		}
+		if got := markerTime(t, env); !got.Equal(st.want) {
+			t.Fatalf("%s: use time %v, want %v", st.name, got, st.want)
+		}
+	}
+	held.Release()
+}
+
+// TestEnvHeldBetweenPlans: after its last Release this process keeps an
+// env's in-use lock for envLinger (so that the next plan takes no lock),
+// during which no other process may evict it, then lets it go; and this
+// pool's own Prune lets it go at once.
+func TestEnvHeldBetweenPlans(t *testing.T) {
+	testutil.NeedPython(t, "venv")
+	ctx := context.Background()
+	p, _ := newTestPool(t, t.TempDir(), 0)
+	env, err := p.Get(ctx, EnvSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Release()
+	// What an evicting process does (flock(2) locks of two descriptors
+	// conflict even within one process).
+	evictable := func() bool {
+		l := flock.New(filepath.Join(env.Dir, inUseFile), flock.SetFlag(os.O_RDONLY))
+		ok, err := l.TryLock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		return ok
+	}
+	if evictable() {
+		t.Fatal("the env's in-use lock was let go at Release: the next plan must lock again")
+	}
+	again, err := p.Get(ctx, EnvSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.hold != env.hold {
+		t.Error("the next Get took a new lock instead of the held one")
+	}
+	again.Release()
+
+	p.dropIdle() // what Prune does first
+	if !evictable() {
+		t.Fatal("dropIdle kept the lock of an env no plan uses")
+	}
+
+	p.linger = time.Millisecond
+	third, err := p.Get(ctx, EnvSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	third.Release()
+	deadline := time.Now().Add(time.Minute)
+	for !evictable() {
+		if time.Now().After(deadline) {
+			t.Fatal("the in-use lock was never let go after the linger")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	p.mu.Lock()
+	n := len(p.holds)
+	p.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d holds left after the linger, want 0", n)
+	}
+}
+
+// TestEnvKeyRemembered: the keys Get remembers per spelling are the keys
+// computed afresh, and specs that differ in any one field keep distinct
+// keys.
+func TestEnvKeyRemembered(t *testing.T) {
+	testutil.NeedPython(t, "venv")
+	p, _ := newTestPool(t, t.TempDir(), 0)
+	links := t.TempDir()
+	specs := []EnvSpec{
+		{},
+		{SystemSitePackages: true},
+		{NoIndex: true, FindLinks: []string{links}},
+		{FindLinks: []string{links}},
+		{Requirements: []string{"a", "b"}},
+		{Requirements: []string{"a\x01b"}},
+		{IndexURL: "https://example.org/simple"},
+	}
+	seen := map[string]int{}
+	for i, spec := range specs {
+		n, err := normaliseSpec(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // computed, then remembered
+			if got, want := p.key(n), p.computeKey(n); got != want {
+				t.Fatalf("spec %d: key %s, computed afresh %s", i, got, want)
+			}
+		}
+		k := p.key(n)
+		if j, dup := seen[k]; dup {
+			t.Errorf("specs %d and %d share key %s", j, i, k)
+		}
+		seen[k] = i
+	}
+}
