@@ -105,7 +105,13 @@ func startDaemon(ctx context.Context, key string, s daemonSpec) (*daemon, error)
 	cmd.Stderr = &logWriter{logger: s.logger, prefix: "daemon"}
 	// Its own process group: a terminal's ^C to soma-worker must not
 	// interrupt the filters; cancel is the worker's decision.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: a worker killed with SIGKILL takes its daemons along.
+	// (Bug: they ran on under init, a torch filter training for another
+	// minute with the node's CPUs or GPU after its worker was gone.) The
+	// signal follows the thread that started the daemon; Go keeps its
+	// threads unless a goroutine exits while locked to one, which
+	// nothing here does (go-nvml's dlopen locks and unlocks).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = 2 * time.Second
 	// Our own pipes rather than StdinPipe/StdoutPipe, so that they can be
 	// grown (growPipe) for large arrays.
