@@ -2,7 +2,7 @@
 # slurm-local.sh — a real Slurm cluster on this one machine, for soma's tests
 # and for trying soma's Slurm side on a laptop.
 #
-#   scripts/slurm-local.sh start [--nodes N] [--cpus C]
+#   scripts/slurm-local.sh start [--nodes N | --min-nodes N] [--cpus C]
 #   scripts/slurm-local.sh stop
 #   scripts/slurm-local.sh status
 #
@@ -14,7 +14,11 @@
 # ready. With --nodes N > 1 the nodes are emulated on this host
 # (<host>n1..<host>nN, Debian's slurmd is built with multiple-slurmd), each
 # slurmd on its own port. Without --nodes or --cpus, start keeps the shape
-# of the cluster it configured before (1 node the first time). Re-running
+# of the cluster it configured before (1 node the first time). --min-nodes N
+# asks for at least N nodes: a smaller cluster is reshaped to N, a bigger one
+# is kept (make test passes --min-nodes 2, so that examples/slurm-workers
+# checks one worker per node, without reshaping a developer's 3-node
+# cluster). Re-running
 # start with everything up and the same configuration is a fast no-op; a
 # changed configuration restarts Slurm and clears its job state. A drained
 # node is resumed.
@@ -23,7 +27,8 @@
 # /proc/PID/comm; never by name. status prints what runs and exits 0 only if
 # everything is up.
 #
-# Environment (flags win): SOMA_SLURM_NODES (1), SOMA_SLURM_CPUS (per node,
+# Environment (flags win): SOMA_SLURM_NODES (1), SOMA_SLURM_MIN_NODES (1),
+# SOMA_SLURM_CPUS (per node,
 # default max(nproc, 8): advertised with SlurmdParameters=config_overrides so
 # that array tests run their tasks at once on a 2-core machine),
 # SOMA_SLURM_PROCTRACK (cgroup or linuxproc; default cgroup when the cgroup v1
@@ -55,7 +60,7 @@ elapsed() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1fs", b - a 
 
 usage() {
 	cat >&2 <<'EOF'
-usage: slurm-local.sh start [--nodes N] [--cpus C] | stop | status
+usage: slurm-local.sh start [--nodes N | --min-nodes N] [--cpus C] | stop | status
 EOF
 	exit 2
 }
@@ -63,7 +68,7 @@ EOF
 need_root() {
 	[[ $(id -u) == 0 ]] && return
 	if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-		exec sudo -n --preserve-env=SOMA_SLURM_NODES,SOMA_SLURM_CPUS,SOMA_SLURM_PROCTRACK,SOMA_SLURM_TIMEOUT,SOMA_SLURM_STATE "$0" "$@"
+		exec sudo -n --preserve-env=SOMA_SLURM_NODES,SOMA_SLURM_MIN_NODES,SOMA_SLURM_CPUS,SOMA_SLURM_PROCTRACK,SOMA_SLURM_TIMEOUT,SOMA_SLURM_STATE "$0" "$@"
 	fi
 	die "must run as root (Slurm's daemons and /etc/slurm need it): sudo $0 $*"
 }
@@ -398,27 +403,36 @@ fail() {
 
 cmd_start() {
 	# Without --nodes/--cpus (or their variables), keep what runs now: a
-	# plain start, as make test does, must not reshape a developer's
-	# 3-node cluster.
+	# plain start must not reshape a developer's 3-node cluster, and make
+	# test's --min-nodes 2 only grows a smaller one (a 1-node cluster from
+	# an earlier make test is restarted once with 2 nodes).
 	local cur_nodes="" cur_cpus=""
 	if [[ -r $CONF ]] && ours "$CONF"; then
 		read -r cur_nodes cur_cpus < <(sed -n 's/^# Nodes: \([0-9]*\), CPUs per node: \([0-9]*\) .*/\1 \2/p' "$CONF") || true
 	fi
 	NODES=${SOMA_SLURM_NODES:-${cur_nodes:-1}}
 	CPUS=${SOMA_SLURM_CPUS:-$cur_cpus}
+	local min_nodes=${SOMA_SLURM_MIN_NODES:-1}
 	while (($#)); do
 		case $1 in
-		--nodes | --cpus)
+		--nodes | --min-nodes | --cpus)
 			(($# >= 2)) || die "$1 needs a value"
-			if [[ $1 == --nodes ]]; then NODES=$2; else CPUS=$2; fi
+			case $1 in
+			--nodes) NODES=$2 ;;
+			--min-nodes) min_nodes=$2 ;;
+			*) CPUS=$2 ;;
+			esac
 			shift 2
 			;;
 		--nodes=*) NODES=${1#*=} && shift ;;
+		--min-nodes=*) min_nodes=${1#*=} && shift ;;
 		--cpus=*) CPUS=${1#*=} && shift ;;
 		*) usage ;;
 		esac
 	done
 	[[ $NODES =~ ^[1-9][0-9]?$ ]] || die "--nodes '$NODES' is not a number from 1 to 99"
+	[[ $min_nodes =~ ^[1-9][0-9]?$ ]] || die "--min-nodes '$min_nodes' is not a number from 1 to 99"
+	((NODES >= min_nodes)) || NODES=$min_nodes
 	if [[ -z $CPUS ]]; then
 		CPUS=$(nproc)
 		((CPUS >= 8)) || CPUS=8

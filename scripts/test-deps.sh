@@ -43,5 +43,8 @@ fi
 echo "test-deps: debian packages ok ($(/usr/bin/python3 -c 'import optuna, zarr, sklearn, torch; print("optuna", optuna.__version__, "zarr", zarr.__version__, "torch", torch.__version__)'))"
 
 if [ -x scripts/slurm-local.sh ] || [ -f scripts/slurm-local.sh ]; then
-  bash scripts/slurm-local.sh start
+  # Two nodes at least: examples/slurm-workers checks one soma-worker per
+  # node (srun --ntasks-per-node=1), which needs a second node to mean
+  # anything. A bigger cluster is kept; a 1-node one is restarted once.
+  bash scripts/slurm-local.sh start --min-nodes 2
 fi

@@ -1,7 +1,7 @@
 package submit
 
 // End-to-end tests on a real Slurm: scripts/slurm-local.sh start gives one
-// here (one node, 8 CPUs advertised). They skip when sinfo cannot reach
+// here (make test's: two emulated nodes, 8 CPUs advertised on each). They skip when sinfo cannot reach
 // Slurm, and fail instead under SOMA_REQUIRE=1 (make test). Each submits
 // through Submit, so the jobs run exactly the scripts that `soma slurm
 // submit` writes, with a soma-trial built from this tree and
