@@ -102,6 +102,31 @@ func (t *TPESampler) Ask(space *Space, trial int, h History) (Point, error) {
 	if trial < 0 {
 		return Point{}, fmt.Errorf("study: trial %d: want ≥ 0", trial)
 	}
+	done, bad, nResults, err := t.observe(space, trial, h)
+	if err != nil {
+		return Point{}, err
+	}
+	if nResults < t.opt.Startup || len(done) == 0 {
+		return t.sobol.Ask(space, trial, h)
+	}
+	// Trial order, so that the split does not depend on the order of
+	// h.Trials.
+	slices.SortFunc(done, func(a, b tpeObs) int { return cmp.Compare(a.number, b.number) })
+	dims := tpeDims(space)
+	if len(dims) == 0 {
+		return t.sobol.Ask(space, trial, h) // nothing to search
+	}
+	return Point{v: t.fit(space, trial, dims, done, bad)}, nil
+}
+
+// observe reads h into the model's observations: done holds the results
+// it learns from (a finite score, or with several objectives one finite
+// score per metric), bad the pending trials and those without such a
+// result (they count as the worst); nResults counts the trials that
+// ended with a result, for the startup. trial itself is left out. It
+// refuses a history whose direction is unknown and a point from another
+// space.
+func (t *TPESampler) observe(space *Space, trial int, h History) (done, bad []tpeObs, nResults int, err error) {
 	var sign float64
 	switch {
 	case t.multi():
@@ -110,10 +135,8 @@ func (t *TPESampler) Ask(space *Space, trial int, h History) (Point, error) {
 	case h.Direction == Maximize:
 		sign = -1
 	default:
-		return Point{}, fmt.Errorf(`study: sampler tpe: the study has no direction (set direction = "minimize" or "maximize")`)
+		return nil, nil, 0, fmt.Errorf(`study: sampler tpe: the study has no direction (set direction = "minimize" or "maximize")`)
 	}
-	var done, bad []tpeObs
-	nResults := 0
 	for i := range h.Trials {
 		tr := &h.Trials[i]
 		if tr.Number == trial {
@@ -132,7 +155,7 @@ func (t *TPESampler) Ask(space *Space, trial int, h History) (Point, error) {
 			continue
 		}
 		if len(tr.Point.v) != len(space.knobs) {
-			return Point{}, fmt.Errorf("study: sampler tpe: trial %d's point has %d values, the space has %d params (history from another space)",
+			return nil, nil, 0, fmt.Errorf("study: sampler tpe: trial %d's point has %d values, the space has %d params (history from another space)",
 				tr.Number, len(tr.Point.v), len(space.knobs))
 		}
 		o := tpeObs{number: tr.Number, v: tr.Point.v, pending: pending}
@@ -150,16 +173,14 @@ func (t *TPESampler) Ask(space *Space, trial int, h History) (Point, error) {
 			bad = append(bad, o)
 		}
 	}
-	if nResults < t.opt.Startup || len(done) == 0 {
-		return t.sobol.Ask(space, trial, h)
-	}
-	// Trial order, so that the split does not depend on the order of
-	// h.Trials.
-	slices.SortFunc(done, func(a, b tpeObs) int { return cmp.Compare(a.number, b.number) })
-	dims := tpeDims(space)
-	if len(dims) == 0 {
-		return t.sobol.Ask(space, trial, h) // nothing to search
-	}
+	return done, bad, nResults, nil
+}
+
+// fit proposes the values of trial's point, knob by knob, from done (in
+// trial order) and bad: the model's dims, group by group in a conditional
+// space; knobs the model skips take their only value, and the absent
+// knobs are masked.
+func (t *TPESampler) fit(space *Space, trial int, dims []tpeDim, done, bad []tpeObs) []float64 {
 	v := make([]float64, len(space.knobs))
 	for i := range space.knobs {
 		// Knobs the model skips (fixed, single-valued) take their only value.
@@ -216,7 +237,7 @@ func (t *TPESampler) Ask(space *Space, trial int, h History) (Point, error) {
 	if space.conds != nil {
 		space.mask(v)
 	}
-	return Point{v: v}, nil
+	return v
 }
 
 // tpeNBelow is the size of the good group among n results.
