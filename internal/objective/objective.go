@@ -455,12 +455,6 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 		<-read
 	}()
 
-	var timeout <-chan time.Time
-	if o.Timeout > 0 {
-		t := time.NewTimer(o.Timeout)
-		defer t.Stop()
-		timeout = t.C
-	}
 	// Signals go through the guard, which sends them to the objective's
 	// process group while it has not reaped the objective; SIGKILL
 	// kills its whole tree. (A write after the guard's exit fails: nothing
@@ -472,51 +466,9 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 		}
 		g.command(seq, "signal", strconv.Itoa(int(sig)))
 	}
-	var why Outcome
-	var reason string
-	var werr exit
-	// escalate asks the objective to stop: first (already done by the
-	// caller), then SIGTERM after a grace, then SIGKILL after another.
-	escalate := func(first syscall.Signal) exit {
-		if first != 0 {
-			signal(first)
-		} else {
-			select {
-			case e := <-exited:
-				return e
-			case <-time.After(o.Grace):
-			}
-			signal(syscall.SIGTERM)
-		}
-		select {
-		case e := <-exited:
-			return e
-		case <-time.After(o.Grace):
-		}
-		signal(syscall.SIGKILL)
-		return <-exited
-	}
-	ctxDone := ctx.Done()
-	select {
-	case werr = <-exited:
-	case step := <-reps.pruneAt:
-		why, res.PrunedAt = Pruned, step
-		reason = fmt.Sprintf("pruned at step %d", step)
-		werr = escalate(0)
-	case <-timeout:
-		why, reason = Failed, fmt.Sprintf("timeout after %s", o.Timeout)
-		werr = escalate(syscall.SIGTERM)
-	case s := <-stop:
-		if s.Kind == StopSuperseded {
-			why, reason = Superseded, "superseded by a newer attempt"
-			werr = escalate(syscall.SIGTERM)
-		} else {
-			why, reason = Interrupted, fmt.Sprintf("interrupted by %s", s.Signal)
-			werr = escalate(s.Signal)
-		}
-	case <-ctxDone:
-		why, reason = Interrupted, "interrupted: "+context.Cause(ctx).Error()
-		werr = escalate(syscall.SIGTERM)
+	why, reason, prunedAt, werr := o.await(ctx, exited, reps.pruneAt, stop, signal)
+	if why == Pruned {
+		res.PrunedAt = prunedAt
 	}
 	res.Duration = time.Since(start)
 	// The attempt ends with the objective's whole tree (the guard gives
@@ -562,6 +514,64 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	}
 	o.score(&res, werr, reps, last)
 	return res, nil
+}
+
+// await waits for the objective's exit, or for what ends it first: a
+// prune (pruneAt), the timeout, a stop, ctx. Those ask it to stop with
+// signal, escalating to SIGTERM and SIGKILL after a grace each (escalate);
+// why and reason say which (empty: it exited on its own), prunedAt the
+// step of a prune.
+func (o Options) await(ctx context.Context, exited <-chan exit, pruneAt <-chan int64, stop <-chan Stop, signal func(syscall.Signal)) (why Outcome, reason string, prunedAt int64, werr exit) {
+	var timeout <-chan time.Time
+	if o.Timeout > 0 {
+		t := time.NewTimer(o.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	// escalate asks the objective to stop: first (already done by the
+	// caller), then SIGTERM after a grace, then SIGKILL after another.
+	escalate := func(first syscall.Signal) exit {
+		if first != 0 {
+			signal(first)
+		} else {
+			select {
+			case e := <-exited:
+				return e
+			case <-time.After(o.Grace):
+			}
+			signal(syscall.SIGTERM)
+		}
+		select {
+		case e := <-exited:
+			return e
+		case <-time.After(o.Grace):
+		}
+		signal(syscall.SIGKILL)
+		return <-exited
+	}
+	ctxDone := ctx.Done()
+	select {
+	case werr = <-exited:
+	case step := <-pruneAt:
+		why, prunedAt = Pruned, step
+		reason = fmt.Sprintf("pruned at step %d", step)
+		werr = escalate(0)
+	case <-timeout:
+		why, reason = Failed, fmt.Sprintf("timeout after %s", o.Timeout)
+		werr = escalate(syscall.SIGTERM)
+	case s := <-stop:
+		if s.Kind == StopSuperseded {
+			why, reason = Superseded, "superseded by a newer attempt"
+			werr = escalate(syscall.SIGTERM)
+		} else {
+			why, reason = Interrupted, fmt.Sprintf("interrupted by %s", s.Signal)
+			werr = escalate(s.Signal)
+		}
+	case <-ctxDone:
+		why, reason = Interrupted, "interrupted: "+context.Cause(ctx).Error()
+		werr = escalate(syscall.SIGTERM)
+	}
+	return why, reason, prunedAt, werr
 }
 
 // score judges an objective that exited on its own (no prune, timeout or
