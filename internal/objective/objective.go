@@ -366,45 +366,10 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	// them (the guard passes on the same open files).
 	fds := []int{int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()), int(childRep.Fd()), int(childCtl.Fd())}
 	gr := guardRun{Path: look.Path, Argv: argv, Env: buildEnv(o), Dir: o.Dir}
-	var g *guardProc
-	var seq uint64
-	var replies <-chan guardReply
-	var first guardReply
-	// An idle guard may have died since its last run (killed by hand):
-	// one more try, with a new one.
-	for try := 0; ; try++ {
-		if try == 0 {
-			g, err = takeGuard(o.Guard)
-		} else {
-			g, err = startGuard(o.Guard)
-		}
-		if err != nil {
-			closeChild()
-			return Result{}, fmt.Errorf("%w: the guard %s: %w", ErrStart, o.Guard, err)
-		}
-		seq, err = g.start(gr, fds)
-		if err == nil {
-			replies = g.replies(seq)
-			var ok bool
-			if first, ok = <-replies; ok {
-				break
-			}
-		}
-		g.release(false)
-		if try == 1 {
-			closeChild()
-			return Result{}, fmt.Errorf("%w: the guard %s did not start the objective (%v; a program that runs objectives calls objective.GuardMain first)", ErrStart, o.Guard, g.gone())
-		}
-	}
+	g, seq, replies, err := startGuarded(o.Guard, gr, fds)
 	closeChild()
-	if first.verb != "pid" {
-		for range replies { // up to its "done": the socket is the next run's
-		}
-		g.release(true)
-		if first.verb == "error" {
-			return Result{}, fmt.Errorf("%w: %w", ErrStart, execError(first.arg))
-		}
-		return Result{}, fmt.Errorf("%w: the guard %s said %q", ErrStart, o.Guard, first.verb)
+	if err != nil {
+		return Result{}, err
 	}
 	clean := false
 	defer func() { g.release(clean) }()
@@ -514,6 +479,47 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	}
 	o.score(&res, werr, reps, last)
 	return res, nil
+}
+
+// startGuarded hands the objective (gr, with its descriptors fds) to a
+// guard of the executable guard, and returns the guard, the run's number
+// and its replies once the guard has said the objective started (its
+// pid). An idle guard may have died since its last run (killed by hand):
+// one more try, with a new one. Every error wraps ErrStart.
+func startGuarded(guard string, gr guardRun, fds []int) (g *guardProc, seq uint64, replies <-chan guardReply, err error) {
+	var first guardReply
+	for try := 0; ; try++ {
+		if try == 0 {
+			g, err = takeGuard(guard)
+		} else {
+			g, err = startGuard(guard)
+		}
+		if err != nil {
+			return nil, 0, nil, fmt.Errorf("%w: the guard %s: %w", ErrStart, guard, err)
+		}
+		seq, err = g.start(gr, fds)
+		if err == nil {
+			replies = g.replies(seq)
+			var ok bool
+			if first, ok = <-replies; ok {
+				break
+			}
+		}
+		g.release(false)
+		if try == 1 {
+			return nil, 0, nil, fmt.Errorf("%w: the guard %s did not start the objective (%v; a program that runs objectives calls objective.GuardMain first)", ErrStart, guard, g.gone())
+		}
+	}
+	if first.verb != "pid" {
+		for range replies { // up to its "done": the socket is the next run's
+		}
+		g.release(true)
+		if first.verb == "error" {
+			return nil, 0, nil, fmt.Errorf("%w: %w", ErrStart, execError(first.arg))
+		}
+		return nil, 0, nil, fmt.Errorf("%w: the guard %s said %q", ErrStart, guard, first.verb)
+	}
+	return g, seq, replies, nil
 }
 
 // await waits for the objective's exit, or for what ends it first: a
