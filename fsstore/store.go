@@ -559,17 +559,12 @@ func (s *Store) linkClaim(tmp tempFile, pfd int, leaf string) (bool, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, err // the folder was removed under us: no link was made
 	}
-	// Whatever link said, a link count of 2 on our unique temp file means
-	// our link happened (the reply was lost and the retry saw EEXIST, or
-	// the error came after the fact).
 	var st unix.Stat_t
-	if unix.Fstatat(tmp.dir, tmp.name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Nlink == 2 {
-		return true, nil
+	var nlink uint64
+	if unix.Fstatat(tmp.dir, tmp.name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+		nlink = uint64(st.Nlink)
 	}
-	if errors.Is(err, fs.ErrExist) {
-		return false, nil
-	}
-	return false, err
+	return settleLink(err, nlink)
 }
 
 // nameConflict turns ENOTDIR/EISDIR into an explanation: a name is a leaf.

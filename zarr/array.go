@@ -3,9 +3,7 @@ package zarr
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -274,39 +272,15 @@ func Create(ctx context.Context, path string, spec Spec, opts Options) (*Array, 
 	return a, nil
 }
 
-// createExclusive writes b to path only if path does not exist: an atomic
-// write to a unique temp name, then link(2), which fails if path exists.
+// createExclusive writes b to path only if path does not exist
+// (fsstore.CreateExclusive: link(2) from a temp file, a lost reply settled
+// by the link count); an existing path is ErrExist.
 func createExclusive(path string, b []byte) error {
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := filepath.Join(filepath.Dir(path), ".soma-create-"+hex.EncodeToString(rnd[:]))
-	if err := fsstore.WriteFileAtomic(tmp, bytes.NewReader(b)); err != nil {
-		return err
+	err := fsstore.CreateExclusive(path, bytes.NewReader(b))
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%s: %w", path, ErrExist)
 	}
-	defer os.Remove(tmp)
-	if err := os.Link(tmp, path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("%s: %w", path, ErrExist)
-		}
-		// NFS can lose link's reply; a link count of 2 means it happened
-		// (open(2), notes on O_EXCL).
-		if fi, serr := os.Lstat(tmp); serr == nil {
-			if n, ok := linkCount(fi); ok && n == 2 {
-				return syncDir(filepath.Dir(path))
-			}
-		}
-		return err
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return err
 }
 
 // meta validates the spec and builds metadata.

@@ -19,11 +19,3 @@ func fileIdentity(fi fs.FileInfo) string {
 	}
 	return fmt.Sprintf("%d:%d", fi.Size(), fi.ModTime().UnixNano())
 }
-
-// linkCount returns the number of hard links of the file fi describes.
-func linkCount(fi fs.FileInfo) (uint64, bool) {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return uint64(st.Nlink), true
-	}
-	return 0, false
-}

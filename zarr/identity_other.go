@@ -12,6 +12,3 @@ import (
 func fileIdentity(fi fs.FileInfo) string {
 	return fmt.Sprintf("%d:%d", fi.Size(), fi.ModTime().UnixNano())
 }
-
-// linkCount is unknown here.
-func linkCount(fi fs.FileInfo) (uint64, bool) { return 0, false }
