@@ -1,7 +1,6 @@
 package study
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -123,7 +122,7 @@ func (s *Snapshot) has(n int) bool {
 	if st := s.learned; st != nil {
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		return st.learned[n]
+		return st.idx.hasLearned(n)
 	}
 	return false
 }
@@ -134,7 +133,7 @@ func (s *Snapshot) hasLocked(n int) bool {
 	if _, ok := slices.BinarySearch(s.present, n); ok {
 		return true
 	}
-	return s.learned != nil && s.learned.learned[n]
+	return s.learned != nil && s.learned.idx.hasLearned(n)
 }
 
 // Trial returns trial n's latest attempt, if the snapshot holds it.
@@ -308,7 +307,7 @@ func (s *Study) readLatest(ctx context.Context, n int, probe, hints bool) trialR
 	res := trialRead{n: n, attempt: -1}
 	if probe {
 		s.mu.Lock()
-		a := s.highest[n]
+		a, _ := s.idx.highestAttempt(n)
 		s.mu.Unlock()
 		var first trialRead // attempt a's read, if hints
 		if hints {
@@ -358,7 +357,7 @@ func (s *Study) readLatest(ctx context.Context, n int, probe, hints bool) trialR
 	// A listing may lag behind (NFS); attempts are never removed, so the
 	// highest this process has seen is still there.
 	s.mu.Lock()
-	if h, ok := s.highest[n]; ok && h > res.attempt {
+	if h, ok := s.idx.highestAttempt(n); ok && h > res.attempt {
 		res.attempt = h
 	}
 	s.mu.Unlock()
@@ -455,24 +454,19 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 		// No listing and no reads: the trials that had not ended at the
 		// last look, less those that have since, or that have a newer
 		// attempt (a retry claimed since).
-		if len(s.learned) > foldLearned {
+		if s.idx.learnedCount() > foldLearned {
 			// Fold what was learned into the listing (a new slice: older
 			// snapshots share the old one), so that the map copied into
 			// each snapshot stays small.
-			s.listed = mergeInts(s.listed, slices.Sorted(maps.Keys(s.learned)))
-			clear(s.learned)
+			s.listed = s.idx.foldLearned(s.listed)
 		}
 		snap.present, snap.Foreign = s.listed, s.listForeign
 		snap.learned = s
-		for _, r := range s.lastOpen {
-			if !s.ended(r.Number) && s.highest[r.Number] <= r.Attempt {
-				snap.open = append(snap.open, r)
-			}
-		}
+		snap.open = s.idx.stillOpen(s.lastOpen)
 		snap.ended = s.endedCount()
 		snap.Trials = snap.open
 		if trials {
-			snap.Trials = mergeRecords(s.finalList, slices.Clone(snap.open))
+			snap.Trials = mergeRecords(s.idx.endedList(), slices.Clone(snap.open))
 		}
 		s.mu.Unlock()
 		return snap, nil
@@ -516,34 +510,27 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 	s.mu.Lock()
 	// Trial numbers known from packs or earlier reads count as present
 	// even where a lagging listing misses them.
-	if len(s.finalList) > 0 {
-		present = mergeInts(present, numbers(s.finalList))
+	if ended := s.idx.endedList(); len(ended) > 0 {
+		present = mergeInts(present, numbers(ended))
 	}
 	// Clipped: this look appends more to its own list; the next quick
 	// looks share this one.
 	s.listed, s.listForeign = present, slices.Clip(snap.Foreign)
-	maps.DeleteFunc(s.learned, func(n int, _ bool) bool {
-		_, ok := slices.BinarySearch(present, n)
-		return ok
-	})
+	s.idx.forgetListed(present)
 	snap.learned = s
 	s.mu.Unlock()
 	// A look that needs no more than whether a trial ended reads its
 	// highest known attempt first (readLatest).
 	hints := want.probe && !trials
-	known := func(n int) bool {
-		_, ok := s.final[n]
-		return ok
-	}
 	var todo []int
 	s.mu.Lock()
 	for _, n := range present {
-		if !known(n) {
+		if !s.idx.ended(n) {
 			todo = append(todo, n)
 		}
 	}
-	for n := range s.learned {
-		if !known(n) {
+	for _, n := range s.idx.learnedNumbers() {
+		if !s.idx.ended(n) {
 			todo = append(todo, n)
 		}
 	}
@@ -564,8 +551,8 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 		if rd.fatal != nil {
 			return nil, fmt.Errorf("study %s: trial %d: %w", s.name, rd.n, rd.fatal)
 		}
-		if rd.attempt >= 0 && rd.attempt > s.highest[rd.n] {
-			s.highest[rd.n] = rd.attempt
+		if h, _ := s.idx.highestAttempt(rd.n); rd.attempt >= 0 && rd.attempt > h {
+			s.idx.sawAttempt(rd.n, rd.attempt)
 		}
 		if rd.err != nil {
 			snap.Corrupt = append(snap.Corrupt, rd.err)
@@ -609,26 +596,16 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 	s.lastOpen, s.listedAt, s.listTook = open, start, time.Since(start)
 	snap.ended = s.endedCount()
 	if trials {
-		snap.Trials = mergeRecords(s.finalList, open)
+		snap.Trials = mergeRecords(s.idx.endedList(), open)
 	} else {
 		snap.Trials = open
 	}
 	return snap, nil
 }
 
-// ended reports whether this Study knows trial n has ended: its record
-// is cached. The caller holds s.mu.
-func (s *Study) ended(n int) bool {
-	_, ok := s.final[n]
-	return ok
-}
-
 // endedCount is how many trials of the budget this Study knows ended.
 // The caller holds s.mu.
-func (s *Study) endedCount() int {
-	n, _ := slices.BinarySearchFunc(s.finalList, s.lim(), func(r Record, n int) int { return r.Number - n })
-	return n
-}
+func (s *Study) endedCount() int { return s.idx.endedBelow(s.lim()) }
 
 // numbers returns the trial numbers of recs.
 func numbers(recs []Record) []int {
@@ -642,64 +619,17 @@ func numbers(recs []Record) []int {
 // addFinal caches r, the latest attempt of a trial that has ended. The
 // caller holds s.mu.
 func (s *Study) addFinal(r Record) {
-	if old, ok := s.final[r.Number]; ok && old.Attempt >= r.Attempt {
-		return
+	if s.idx.add(r) {
+		s.beats.forget(r.Number)
 	}
-	s.final[r.Number] = r
-	s.beats.forget(r.Number)
-	// Trials mostly end in number order: appending is the common case.
-	i, found := slices.BinarySearchFunc(s.finalList, r.Number, func(x Record, n int) int { return x.Number - n })
-	if found {
-		s.finalList[i] = r
-		return
-	}
-	s.finalList = slices.Insert(s.finalList, i, r)
 }
 
 // addFinals caches recs, the latest attempts of trials that have ended,
-// with one merge into finalList. (Bug, in speed: adding them one by one
-// inserted each into the middle of the list, shifting its tail; at the
-// end of a budget of 1000 trials shared by 8 processes, each learning the
-// others' ~875 trials moved ~100 MB of records, and 8% of soma-trial's
-// CPU went to it.) The caller holds s.mu.
+// with one merge (trialIndex.addAll). The caller holds s.mu.
 func (s *Study) addFinals(recs []Record) {
-	var add []Record
-	for _, r := range recs {
-		if old, ok := s.final[r.Number]; ok && old.Attempt >= r.Attempt {
-			continue
-		}
-		s.final[r.Number] = r
+	for _, r := range s.idx.addAll(recs) {
 		s.beats.forget(r.Number)
-		add = append(add, r)
 	}
-	if len(add) == 0 {
-		return
-	}
-	// One record per trial, its highest attempt (the map kept the same).
-	slices.SortFunc(add, func(x, y Record) int { return cmp.Or(x.Number-y.Number, y.Attempt-x.Attempt) })
-	add = slices.CompactFunc(add, func(x, y Record) bool { return x.Number == y.Number })
-	old := s.finalList
-	if k := len(old); k == 0 || old[k-1].Number < add[0].Number {
-		s.finalList = append(old, add...)
-		return
-	}
-	merged := make([]Record, 0, len(old)+len(add))
-	i, j := 0, 0
-	for i < len(old) || j < len(add) {
-		switch {
-		case j == len(add) || (i < len(old) && old[i].Number < add[j].Number):
-			merged = append(merged, old[i])
-			i++
-		case i == len(old) || add[j].Number < old[i].Number:
-			merged = append(merged, add[j])
-			j++
-		default: // the same trial: add[j] is its newer attempt
-			merged = append(merged, add[j])
-			i++
-			j++
-		}
-	}
-	s.finalList = merged
 }
 
 // mergeRecords merges two lists sorted by trial number into a new one.

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
-	"slices"
 	"testing"
 
 	"github.com/soma-hpc/soma/fsstore"
@@ -279,7 +277,7 @@ func TestNextFoldsLearnedNumbers(t *testing.T) {
 	s := recOpen(t, st, "s", recSpec(t, recContinuous, "minimize", "random", "none", n), 0)
 	runInOrder(t, s, n)
 	s.mu.Lock()
-	learned := len(s.learned)
+	learned := s.idx.learnedCount()
 	s.mu.Unlock()
 	if learned > foldLearned {
 		t.Errorf("%d numbers learned and not folded, want at most %d", learned, foldLearned)
@@ -304,40 +302,6 @@ func runInOrder(t *testing.T, s *Study, n int) {
 		}
 		if err := run.Finish(ctx, StateDone, float64(i), ""); err != nil {
 			t.Fatal(err)
-		}
-	}
-}
-
-// TestAddFinals: caching a batch of ended trials at once (one merge) must
-// leave the same cache as adding them one by one: sorted by number, one
-// record per trial, its highest attempt, whatever the order and overlap
-// of the batches.
-func TestAddFinals(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for round := range 200 {
-		one := &Study{final: make(map[int]Record)}
-		batch := &Study{final: make(map[int]Record)}
-		for range 1 + rng.IntN(5) {
-			var recs []Record
-			lo := rng.IntN(50)
-			for range rng.IntN(40) {
-				recs = append(recs, Record{Number: lo + rng.IntN(30), Attempt: rng.IntN(3)})
-			}
-			if rng.IntN(2) == 0 { // mostly in order, as trials end
-				slices.SortFunc(recs, func(x, y Record) int { return x.Number - y.Number })
-			}
-			for _, r := range recs {
-				one.addFinal(r)
-			}
-			batch.addFinals(recs)
-		}
-		if !slices.EqualFunc(one.finalList, batch.finalList, func(x, y Record) bool {
-			return x.Number == y.Number && x.Attempt == y.Attempt
-		}) {
-			t.Fatalf("round %d: batch cache %v, one by one %v", round, brief(batch.finalList), brief(one.finalList))
-		}
-		if len(batch.final) != len(batch.finalList) {
-			t.Fatalf("round %d: map holds %d trials, list %d", round, len(batch.final), len(batch.finalList))
 		}
 	}
 }
