@@ -435,8 +435,13 @@ type lookFor struct {
 // other processes since then are found when claiming them, and trials
 // that other processes interrupt, or that go stale, are retried once the
 // next look sees them.
+//
+// A full look is four steps: list the trial folder (listTrials), pick
+// the numbers not known ended (notEnded), read each one's latest attempt
+// in parallel (readLatest), then sort the reads into ended, open, broken
+// and empty trials under the lock (takeReads), which also records what
+// the next quick look reuses.
 func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
-	quick, trials := want.quick, want.trials
 	now, err := s.clock.now(ctx, s.store)
 	if err != nil {
 		return nil, fmt.Errorf("study %s: %w", s.name, err)
@@ -445,36 +450,88 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 		Study: s.name, Direction: s.spec.Direction, Limit: s.lim(), Now: now,
 		broken: make(map[int]int),
 	}
-	s.mu.Lock()
-	if quick {
-		since := time.Since(s.listedAt)
-		quick = s.listed != nil && since >= 0 && since < max(relistAfter, relistShare*s.listTook)
-	}
-	if quick {
-		// No listing and no reads: the trials that had not ended at the
-		// last look, less those that have since, or that have a newer
-		// attempt (a retry claimed since).
-		if s.idx.learnedCount() > foldLearned {
-			// Fold what was learned into the listing (a new slice: older
-			// snapshots share the old one), so that the map copied into
-			// each snapshot stays small.
-			s.listed = s.idx.foldLearned(s.listed)
-		}
-		snap.present, snap.Foreign = s.listed, s.listForeign
-		snap.learned = s
-		snap.open = s.idx.stillOpen(s.lastOpen)
-		snap.ended = s.endedCount()
-		snap.Trials = snap.open
-		if trials {
-			snap.Trials = mergeRecords(s.idx.endedList(), slices.Clone(snap.open))
-		}
-		s.mu.Unlock()
+	if want.quick && s.reuseLook(snap, want.trials) {
 		return snap, nil
 	}
-	s.mu.Unlock()
 	start := time.Now()
-	// Changes (soma extend's budgets, soma enqueue's points) are picked
-	// up here, at each look that reads the store: one stat when none.
+	present, err := s.listTrials(ctx, snap)
+	if err != nil {
+		return nil, err
+	}
+	// A look that needs no more than whether a trial ended reads its
+	// highest known attempt first (readLatest).
+	hints := want.probe && !want.trials
+	todo := s.notEnded(present)
+	reads := make([]trialRead, len(todo))
+	forEach(ctx, len(todo), readWorkers, func(i int) { reads[i] = s.readLatest(ctx, todo[i], want.probe, hints) })
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	open, empty, err := s.takeReads(snap, reads, now)
+	if err != nil {
+		return nil, err
+	}
+	if len(empty) > 0 {
+		present = s.dropEmpty(present, empty)
+	}
+	s.notice(snap.Foreign)
+	s.notice(snap.Corrupt)
+	slices.SortFunc(open, func(x, y Record) int { return x.Number - y.Number })
+	snap.present, snap.open = present, open
+	s.lastOpen, s.listedAt, s.listTook = open, start, time.Since(start)
+	snap.ended = s.endedCount()
+	if want.trials {
+		snap.Trials = mergeRecords(s.idx.endedList(), open)
+	} else {
+		snap.Trials = open
+	}
+	return snap, nil
+}
+
+// reuseLook fills snap from the last look, reading nothing, and reports
+// true, if that look is recent enough to reuse (relistAfter,
+// relistShare); else it changes nothing and reports false. The trials
+// that had not ended then are still open unless they ended since, or a
+// newer attempt (a retry) was claimed since. With trials, snap.Trials
+// holds the ended trials too.
+func (s *Study) reuseLook(snap *Snapshot, trials bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	since := time.Since(s.listedAt)
+	if s.listed == nil || since < 0 || since >= max(relistAfter, relistShare*s.listTook) {
+		return false
+	}
+	if s.idx.learnedCount() > foldLearned {
+		// Fold what was learned into the listing (a new slice: older
+		// snapshots share the old one), so that the map copied into
+		// each snapshot stays small.
+		s.listed = s.idx.foldLearned(s.listed)
+	}
+	snap.present, snap.Foreign = s.listed, s.listForeign
+	snap.learned = s
+	snap.open = s.idx.stillOpen(s.lastOpen)
+	snap.ended = s.endedCount()
+	snap.Trials = snap.open
+	if trials {
+		snap.Trials = mergeRecords(s.idx.endedList(), slices.Clone(snap.open))
+	}
+	return true
+}
+
+// listTrials picks up changes to the study (refreshChanges: soma
+// extend's budgets, soma enqueue's points; one stat when none), loads
+// new packs, and lists the trial folder. It returns the trial numbers
+// present, sorted: those listed within the budget's ceiling, and those
+// the index knows ended (from packs or earlier reads) even where a
+// lagging listing misses them. Names that are not trials go to
+// snap.Foreign, a trial folder that is not soma's to snap.Corrupt.
+//
+// It records the listing for the quick looks that follow (reuseLook),
+// and forgets the numbers learned that it shows; snap.Limit is the
+// limit in force after the refresh.
+func (s *Study) listTrials(ctx context.Context, snap *Snapshot) ([]int, error) {
 	if err := s.refreshChanges(ctx); err != nil {
 		return nil, err
 	}
@@ -508,8 +565,7 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 	}
 	slices.Sort(present)
 	s.mu.Lock()
-	// Trial numbers known from packs or earlier reads count as present
-	// even where a lagging listing misses them.
+	defer s.mu.Unlock()
 	if ended := s.idx.endedList(); len(ended) > 0 {
 		present = mergeInts(present, numbers(ended))
 	}
@@ -518,12 +574,16 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 	s.listed, s.listForeign = present, slices.Clip(snap.Foreign)
 	s.idx.forgetListed(present)
 	snap.learned = s
-	s.mu.Unlock()
-	// A look that needs no more than whether a trial ended reads its
-	// highest known attempt first (readLatest).
-	hints := want.probe && !trials
+	return present, nil
+}
+
+// notEnded returns the trial numbers whose latest attempt a look must
+// read: those of present, and those learned since, that the index does
+// not know ended.
+func (s *Study) notEnded(present []int) []int {
 	var todo []int
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, n := range present {
 		if !s.idx.ended(n) {
 			todo = append(todo, n)
@@ -534,22 +594,22 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 			todo = append(todo, n)
 		}
 	}
-	s.mu.Unlock()
+	return todo
+}
 
-	reads := make([]trialRead, len(todo))
-	forEach(ctx, len(todo), readWorkers, func(i int) { reads[i] = s.readLatest(ctx, todo[i], want.probe, hints) })
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var open []Record  // trials that have not ended
-	var ended []Record // and those that have, cached at once (addFinals)
-	var empty []int    // listed trials with no attempt found
+// takeReads sorts a look's reads: it returns the trials that have not
+// ended (a running attempt whose last progress is older than the grace
+// at now is marked stale) and the trials with no attempt found (empty);
+// it caches those that ended at once (addFinals), notes each trial's
+// highest attempt, and adds unreadable records to snap.Corrupt and
+// snap.broken and stray names to snap.Foreign. A read that failed
+// outright (trialRead.fatal) fails the look. The caller holds s.mu.
+func (s *Study) takeReads(snap *Snapshot, reads []trialRead, now time.Time) (open []Record, empty []int, err error) {
+	var ended []Record // cached at once (addFinals)
 	for _, rd := range reads {
 		snap.Foreign = append(snap.Foreign, rd.foreign...)
 		if rd.fatal != nil {
-			return nil, fmt.Errorf("study %s: trial %d: %w", s.name, rd.n, rd.fatal)
+			return nil, nil, fmt.Errorf("study %s: trial %d: %w", s.name, rd.n, rd.fatal)
 		}
 		if h, _ := s.idx.highestAttempt(rd.n); rd.attempt >= 0 && rd.attempt > h {
 			s.idx.sawAttempt(rd.n, rd.attempt)
@@ -574,33 +634,27 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 		ended = append(ended, r)
 	}
 	s.addFinals(ended)
-	if len(empty) > 0 {
-		// A trial folder with no attempt in it is not taken: a claim
-		// makes the folder, then links the attempt, and one that died
-		// in between (or a hand's mkdir, or a stray file in it) left
-		// the folder alone. Counted present, its trial was never
-		// claimed, and a runner waited forever for it to end. It is
-		// claimed like a free number now; if its claim is being made
-		// right now, or a listing lags, the link decides (ErrTaken).
-		slices.Sort(empty)
-		present = slices.DeleteFunc(slices.Clone(present), func(n int) bool {
-			_, found := slices.BinarySearch(empty, n)
-			return found
-		})
-		s.listed = present
-	}
-	s.notice(snap.Foreign)
-	s.notice(snap.Corrupt)
-	slices.SortFunc(open, func(x, y Record) int { return x.Number - y.Number })
-	snap.present, snap.open = present, open
-	s.lastOpen, s.listedAt, s.listTook = open, start, time.Since(start)
-	snap.ended = s.endedCount()
-	if trials {
-		snap.Trials = mergeRecords(s.idx.endedList(), open)
-	} else {
-		snap.Trials = open
-	}
-	return snap, nil
+	return open, empty, nil
+}
+
+// dropEmpty returns present less the numbers of empty (trial folders
+// with no attempt in them), as a new slice, and records it as the
+// listing that quick looks reuse. The caller holds s.mu.
+//
+// A trial folder with no attempt in it is not taken: a claim makes the
+// folder, then links the attempt, and one that died in between (or a
+// hand's mkdir, or a stray file in it) left the folder alone. Counted
+// present, its trial was never claimed, and a runner waited forever for
+// it to end. It is claimed like a free number now; if its claim is
+// being made right now, or a listing lags, the link decides (ErrTaken).
+func (s *Study) dropEmpty(present, empty []int) []int {
+	slices.Sort(empty)
+	present = slices.DeleteFunc(slices.Clone(present), func(n int) bool {
+		_, found := slices.BinarySearch(empty, n)
+		return found
+	})
+	s.listed = present
+	return present
 }
 
 // endedCount is how many trials of the budget this Study knows ended.
