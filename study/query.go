@@ -416,6 +416,31 @@ const (
 	foldLearned = 256
 )
 
+// lastLook is what the last full look found: the listing of the trial
+// folder and the trials that had not ended, which quick looks reuse
+// (reuseLook) for a while. Study.mu guards it. Its slices are shared
+// with snapshots: they are replaced, never changed in place.
+type lastLook struct {
+	listed  []int         // trial numbers present, sorted; nil: no look yet
+	foreign []error       // stray names the listing found
+	open    []Record      // trials that had not ended, sorted by number
+	at      time.Time     // when the look began
+	took    time.Duration // how long it took
+}
+
+// reusable reports whether a quick look at now may reuse this one: there
+// was one, and it began less than relistAfter ago, or less than
+// relistShare times its own duration (so that at most 1/relistShare of
+// the time goes to listing). A clock that went back reuses nothing.
+func (l *lastLook) reusable(now time.Time) bool {
+	since := now.Sub(l.at)
+	return l.listed != nil && since >= 0 && since < max(relistAfter, relistShare*l.took)
+}
+
+// begunSince reports whether the last look began at or after t: it is
+// then as fresh as a look begun now.
+func (l *lastLook) begunSince(t time.Time) bool { return !l.at.Before(t) }
+
 // lookFor says what a look is for.
 type lookFor struct {
 	// quick: the last look may be reused (see look).
@@ -480,7 +505,7 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 	s.notice(snap.Corrupt)
 	slices.SortFunc(open, func(x, y Record) int { return x.Number - y.Number })
 	snap.present, snap.open = present, open
-	s.lastOpen, s.listedAt, s.listTook = open, start, time.Since(start)
+	s.last.open, s.last.at, s.last.took = open, start, time.Since(start)
 	snap.ended = s.endedCount()
 	if want.trials {
 		snap.Trials = mergeRecords(s.idx.endedList(), open)
@@ -499,19 +524,18 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 func (s *Study) reuseLook(snap *Snapshot, trials bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	since := time.Since(s.listedAt)
-	if s.listed == nil || since < 0 || since >= max(relistAfter, relistShare*s.listTook) {
+	if !s.last.reusable(time.Now()) {
 		return false
 	}
 	if s.idx.learnedCount() > foldLearned {
 		// Fold what was learned into the listing (a new slice: older
 		// snapshots share the old one), so that the map copied into
 		// each snapshot stays small.
-		s.listed = s.idx.foldLearned(s.listed)
+		s.last.listed = s.idx.foldLearned(s.last.listed)
 	}
-	snap.present, snap.Foreign = s.listed, s.listForeign
+	snap.present, snap.Foreign = s.last.listed, s.last.foreign
 	snap.learned = s
-	snap.open = s.idx.stillOpen(s.lastOpen)
+	snap.open = s.idx.stillOpen(s.last.open)
 	snap.ended = s.endedCount()
 	snap.Trials = snap.open
 	if trials {
@@ -571,7 +595,7 @@ func (s *Study) listTrials(ctx context.Context, snap *Snapshot) ([]int, error) {
 	}
 	// Clipped: this look appends more to its own list; the next quick
 	// looks share this one.
-	s.listed, s.listForeign = present, slices.Clip(snap.Foreign)
+	s.last.listed, s.last.foreign = present, slices.Clip(snap.Foreign)
 	s.idx.forgetListed(present)
 	snap.learned = s
 	return present, nil
@@ -653,7 +677,7 @@ func (s *Study) dropEmpty(present, empty []int) []int {
 		_, found := slices.BinarySearch(empty, n)
 		return found
 	})
-	s.listed = present
+	s.last.listed = present
 	return present
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
 )
@@ -312,4 +313,36 @@ func brief(recs []Record) [][2]int {
 		out[i] = [2]int{r.Number, r.Attempt}
 	}
 	return out
+}
+
+// TestLastLookReusable: a quick look reuses the last full one for
+// relistAfter, or longer after a slow listing (relistShare times its
+// duration), never before there was one, nor when the clock went back.
+func TestLastLookReusable(t *testing.T) {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		listed []int
+		took   time.Duration
+		after  time.Duration
+		want   bool
+	}{
+		{"no look yet", nil, 0, time.Second, false},
+		{"fresh", []int{}, time.Millisecond, time.Second, true},
+		{"past relistAfter", []int{}, time.Millisecond, relistAfter, false},
+		{"slow listing kept longer", []int{}, time.Second, relistAfter, true},
+		{"slow listing past its share", []int{}, time.Second, relistShare * time.Second, false},
+		{"clock went back", []int{}, time.Millisecond, -time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := lastLook{listed: tc.listed, at: at, took: tc.took}
+			if got := l.reusable(at.Add(tc.after)); got != tc.want {
+				t.Errorf("reusable %v after = %v, want %v", tc.after, got, tc.want)
+			}
+		})
+	}
+	l := lastLook{at: at}
+	if !l.begunSince(at) || l.begunSince(at.Add(time.Nanosecond)) || !l.begunSince(at.Add(-time.Second)) {
+		t.Error("begunSince: want true for the look's start and before, false after")
+	}
 }

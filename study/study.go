@@ -187,14 +187,9 @@ type Study struct {
 	contended bool // this process lost a race for a new trial number
 	noPacks   bool // test seam: read every trial from its folder
 
-	// What the last look found, which Next reuses for a while (look):
-	// the listing of the trial folder and the trials that had not ended.
-	// (The numbers learned since are in idx.)
-	listed      []int
-	lastOpen    []Record
-	listForeign []error
-	listedAt    time.Time
-	listTook    time.Duration
+	// last: what the last full look found, which quick looks reuse for a
+	// while (reuseLook). The numbers learned since are in idx.
+	last lastLook
 
 	// The highest watch record number seen (-1: none), and whether the
 	// watch folder was listed once (Watching).

@@ -55,7 +55,7 @@ func (s *Study) Next(ctx context.Context, who Who) (*Run, error) {
 		// Next looked a second time: a waiting soma-trial paid 17 store
 		// operations per look instead of 9.)
 		s.mu.Lock()
-		fresh := !s.listedAt.Before(called)
+		fresh := s.last.begunSince(called)
 		s.mu.Unlock()
 		if fresh {
 			return run, err

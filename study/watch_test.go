@@ -155,7 +155,7 @@ func TestNextAfterAWaitLooksOnce(t *testing.T) {
 		t.Fatalf("Next = %v, want ErrNoWork", err)
 	}
 	s.mu.Lock()
-	s.listedAt = s.listedAt.Add(-time.Hour) // as after a long wait
+	s.last.at = s.last.at.Add(-time.Hour) // as after a long wait
 	s.mu.Unlock()
 	c.Reset()
 	if _, err := s.Next(ctx, recWho); !errors.Is(err, ErrNoWork) {
