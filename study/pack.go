@@ -207,7 +207,7 @@ func (s *Study) loadPacks(ctx context.Context, snap *Snapshot) error {
 		n += len(r.recs)
 	}
 	s.growFinal(n)
-	sorted := true // s.finalList is still sorted by number
+	sorted := true // the index's list of ended trials is still sorted
 	for i, r := range res {
 		if r.gone {
 			continue
@@ -226,40 +226,13 @@ func (s *Study) loadPacks(ctx context.Context, snap *Snapshot) error {
 			s.packs.foreign[todo[i]] = r.foreign
 			snap.Foreign = append(snap.Foreign, r.foreign...)
 		}
-		// s.highest is not kept for packed trials: it only guards reads of
-		// trials that have not ended (readLatest), and a trial in s.final
-		// is never read from its folder again.
-		if len(s.finalList) == 0 && strictlyByNumber(r.recs) {
-			// A cold Study's first pack, sorted as writePack writes it:
-			// its records become the list, not copied one by one.
-			for j := range r.recs {
-				rec := &r.recs[j]
-				s.packs.covered[rec.Number] = true
-				s.final[rec.Number] = *rec
-			}
-			s.finalList = r.recs
-			continue
-		}
-		s.finalList = slices.Grow(s.finalList, len(r.recs))
 		for j := range r.recs {
-			rec := &r.recs[j]
-			s.packs.covered[rec.Number] = true
-			old, ok := s.final[rec.Number]
-			if ok && old.Attempt >= rec.Attempt {
-				continue
-			}
-			if ok {
-				s.finalList = slices.DeleteFunc(s.finalList, func(x Record) bool { return x.Number == rec.Number })
-			}
-			s.final[rec.Number] = *rec
-			if k := len(s.finalList); sorted && k > 0 && s.finalList[k-1].Number > rec.Number {
-				sorted = false
-			}
-			s.finalList = append(s.finalList, *rec)
+			s.packs.covered[r.recs[j].Number] = true
 		}
+		sorted = s.idx.addPacked(r.recs, sorted)
 	}
 	if !sorted {
-		slices.SortFunc(s.finalList, func(a, b Record) int { return a.Number - b.Number })
+		s.idx.resort()
 	}
 	return nil
 }
@@ -273,9 +246,7 @@ func (s *Study) growFinal(n int) {
 	}
 	// A map cannot be grown in place; an empty one (a cold Study, the
 	// usual case) is replaced by one made for the size.
-	if len(s.final) == 0 {
-		s.final = make(map[int]Record, n)
-	}
+	s.idx.grow(n)
 	if len(s.packs.covered) == 0 {
 		s.packs.covered = make(map[int]bool, n)
 	}
@@ -320,8 +291,8 @@ func (s *Study) Pack(ctx context.Context, opts PackOptions) (PackReport, error) 
 	}
 	s.mu.Lock()
 	var fresh []Record
-	for _, r := range s.finalList {
-		if !s.packs.covered[r.Number] && (!opts.Own || s.mine[r.Number]) {
+	for _, r := range s.idx.endedList() {
+		if !s.packs.covered[r.Number] && (!opts.Own || s.idx.isMine(r.Number)) {
 			fresh = append(fresh, r)
 		}
 	}
@@ -373,7 +344,8 @@ func (s *Study) mergePacks(ctx context.Context, group []string, level int) (int,
 		for _, n := range s.packs.loaded[name].trials {
 			if !seen[n] {
 				seen[n] = true
-				recs = append(recs, s.final[n])
+				rec, _ := s.idx.endedRecord(n)
+				recs = append(recs, rec)
 			}
 		}
 	}

@@ -1,7 +1,6 @@
 package study
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -123,7 +122,7 @@ func (s *Snapshot) has(n int) bool {
 	if st := s.learned; st != nil {
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		return st.learned[n]
+		return st.idx.hasLearned(n)
 	}
 	return false
 }
@@ -134,7 +133,7 @@ func (s *Snapshot) hasLocked(n int) bool {
 	if _, ok := slices.BinarySearch(s.present, n); ok {
 		return true
 	}
-	return s.learned != nil && s.learned.learned[n]
+	return s.learned != nil && s.learned.idx.hasLearned(n)
 }
 
 // Trial returns trial n's latest attempt, if the snapshot holds it.
@@ -308,7 +307,7 @@ func (s *Study) readLatest(ctx context.Context, n int, probe, hints bool) trialR
 	res := trialRead{n: n, attempt: -1}
 	if probe {
 		s.mu.Lock()
-		a := s.highest[n]
+		a, _ := s.idx.highestAttempt(n)
 		s.mu.Unlock()
 		var first trialRead // attempt a's read, if hints
 		if hints {
@@ -358,7 +357,7 @@ func (s *Study) readLatest(ctx context.Context, n int, probe, hints bool) trialR
 	// A listing may lag behind (NFS); attempts are never removed, so the
 	// highest this process has seen is still there.
 	s.mu.Lock()
-	if h, ok := s.highest[n]; ok && h > res.attempt {
+	if h, ok := s.idx.highestAttempt(n); ok && h > res.attempt {
 		res.attempt = h
 	}
 	s.mu.Unlock()
@@ -417,6 +416,31 @@ const (
 	foldLearned = 256
 )
 
+// lastLook is what the last full look found: the listing of the trial
+// folder and the trials that had not ended, which quick looks reuse
+// (reuseLook) for a while. Study.mu guards it. Its slices are shared
+// with snapshots: they are replaced, never changed in place.
+type lastLook struct {
+	listed  []int         // trial numbers present, sorted; nil: no look yet
+	foreign []error       // stray names the listing found
+	open    []Record      // trials that had not ended, sorted by number
+	at      time.Time     // when the look began
+	took    time.Duration // how long it took
+}
+
+// reusable reports whether a quick look at now may reuse this one: there
+// was one, and it began less than relistAfter ago, or less than
+// relistShare times its own duration (so that at most 1/relistShare of
+// the time goes to listing). A clock that went back reuses nothing.
+func (l *lastLook) reusable(now time.Time) bool {
+	since := now.Sub(l.at)
+	return l.listed != nil && since >= 0 && since < max(relistAfter, relistShare*l.took)
+}
+
+// begunSince reports whether the last look began at or after t: it is
+// then as fresh as a look begun now.
+func (l *lastLook) begunSince(t time.Time) bool { return !l.at.Before(t) }
+
 // lookFor says what a look is for.
 type lookFor struct {
 	// quick: the last look may be reused (see look).
@@ -436,8 +460,13 @@ type lookFor struct {
 // other processes since then are found when claiming them, and trials
 // that other processes interrupt, or that go stale, are retried once the
 // next look sees them.
+//
+// A full look is four steps: list the trial folder (listTrials), pick
+// the numbers not known ended (notEnded), read each one's latest attempt
+// in parallel (readLatest), then sort the reads into ended, open, broken
+// and empty trials under the lock (takeReads), which also records what
+// the next quick look reuses.
 func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
-	quick, trials := want.quick, want.trials
 	now, err := s.clock.now(ctx, s.store)
 	if err != nil {
 		return nil, fmt.Errorf("study %s: %w", s.name, err)
@@ -446,41 +475,87 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 		Study: s.name, Direction: s.spec.Direction, Limit: s.lim(), Now: now,
 		broken: make(map[int]int),
 	}
-	s.mu.Lock()
-	if quick {
-		since := time.Since(s.listedAt)
-		quick = s.listed != nil && since >= 0 && since < max(relistAfter, relistShare*s.listTook)
-	}
-	if quick {
-		// No listing and no reads: the trials that had not ended at the
-		// last look, less those that have since, or that have a newer
-		// attempt (a retry claimed since).
-		if len(s.learned) > foldLearned {
-			// Fold what was learned into the listing (a new slice: older
-			// snapshots share the old one), so that the map copied into
-			// each snapshot stays small.
-			s.listed = mergeInts(s.listed, slices.Sorted(maps.Keys(s.learned)))
-			clear(s.learned)
-		}
-		snap.present, snap.Foreign = s.listed, s.listForeign
-		snap.learned = s
-		for _, r := range s.lastOpen {
-			if !s.ended(r.Number) && s.highest[r.Number] <= r.Attempt {
-				snap.open = append(snap.open, r)
-			}
-		}
-		snap.ended = s.endedCount()
-		snap.Trials = snap.open
-		if trials {
-			snap.Trials = mergeRecords(s.finalList, slices.Clone(snap.open))
-		}
-		s.mu.Unlock()
+	if want.quick && s.reuseLook(snap, want.trials) {
 		return snap, nil
 	}
-	s.mu.Unlock()
 	start := time.Now()
-	// Changes (soma extend's budgets, soma enqueue's points) are picked
-	// up here, at each look that reads the store: one stat when none.
+	present, err := s.listTrials(ctx, snap)
+	if err != nil {
+		return nil, err
+	}
+	// A look that needs no more than whether a trial ended reads its
+	// highest known attempt first (readLatest).
+	hints := want.probe && !want.trials
+	todo := s.notEnded(present)
+	reads := make([]trialRead, len(todo))
+	forEach(ctx, len(todo), readWorkers, func(i int) { reads[i] = s.readLatest(ctx, todo[i], want.probe, hints) })
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	open, empty, err := s.takeReads(snap, reads, now)
+	if err != nil {
+		return nil, err
+	}
+	if len(empty) > 0 {
+		present = s.dropEmpty(present, empty)
+	}
+	s.notice(snap.Foreign)
+	s.notice(snap.Corrupt)
+	slices.SortFunc(open, func(x, y Record) int { return x.Number - y.Number })
+	snap.present, snap.open = present, open
+	s.last.open, s.last.at, s.last.took = open, start, time.Since(start)
+	snap.ended = s.endedCount()
+	if want.trials {
+		snap.Trials = mergeRecords(s.idx.endedList(), open)
+	} else {
+		snap.Trials = open
+	}
+	return snap, nil
+}
+
+// reuseLook fills snap from the last look, reading nothing, and reports
+// true, if that look is recent enough to reuse (relistAfter,
+// relistShare); else it changes nothing and reports false. The trials
+// that had not ended then are still open unless they ended since, or a
+// newer attempt (a retry) was claimed since. With trials, snap.Trials
+// holds the ended trials too.
+func (s *Study) reuseLook(snap *Snapshot, trials bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.last.reusable(time.Now()) {
+		return false
+	}
+	if s.idx.learnedCount() > foldLearned {
+		// Fold what was learned into the listing (a new slice: older
+		// snapshots share the old one), so that the map copied into
+		// each snapshot stays small.
+		s.last.listed = s.idx.foldLearned(s.last.listed)
+	}
+	snap.present, snap.Foreign = s.last.listed, s.last.foreign
+	snap.learned = s
+	snap.open = s.idx.stillOpen(s.last.open)
+	snap.ended = s.endedCount()
+	snap.Trials = snap.open
+	if trials {
+		snap.Trials = mergeRecords(s.idx.endedList(), slices.Clone(snap.open))
+	}
+	return true
+}
+
+// listTrials picks up changes to the study (refreshChanges: soma
+// extend's budgets, soma enqueue's points; one stat when none), loads
+// new packs, and lists the trial folder. It returns the trial numbers
+// present, sorted: those listed within the budget's ceiling, and those
+// the index knows ended (from packs or earlier reads) even where a
+// lagging listing misses them. Names that are not trials go to
+// snap.Foreign, a trial folder that is not soma's to snap.Corrupt.
+//
+// It records the listing for the quick looks that follow (reuseLook),
+// and forgets the numbers learned that it shows; snap.Limit is the
+// limit in force after the refresh.
+func (s *Study) listTrials(ctx context.Context, snap *Snapshot) ([]int, error) {
 	if err := s.refreshChanges(ctx); err != nil {
 		return nil, err
 	}
@@ -514,58 +589,54 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 	}
 	slices.Sort(present)
 	s.mu.Lock()
-	// Trial numbers known from packs or earlier reads count as present
-	// even where a lagging listing misses them.
-	if len(s.finalList) > 0 {
-		present = mergeInts(present, numbers(s.finalList))
+	defer s.mu.Unlock()
+	if ended := s.idx.endedList(); len(ended) > 0 {
+		present = mergeInts(present, numbers(ended))
 	}
 	// Clipped: this look appends more to its own list; the next quick
 	// looks share this one.
-	s.listed, s.listForeign = present, slices.Clip(snap.Foreign)
-	maps.DeleteFunc(s.learned, func(n int, _ bool) bool {
-		_, ok := slices.BinarySearch(present, n)
-		return ok
-	})
+	s.last.listed, s.last.foreign = present, slices.Clip(snap.Foreign)
+	s.idx.forgetListed(present)
 	snap.learned = s
-	s.mu.Unlock()
-	// A look that needs no more than whether a trial ended reads its
-	// highest known attempt first (readLatest).
-	hints := want.probe && !trials
-	known := func(n int) bool {
-		_, ok := s.final[n]
-		return ok
-	}
+	return present, nil
+}
+
+// notEnded returns the trial numbers whose latest attempt a look must
+// read: those of present, and those learned since, that the index does
+// not know ended.
+func (s *Study) notEnded(present []int) []int {
 	var todo []int
 	s.mu.Lock()
-	for _, n := range present {
-		if !known(n) {
-			todo = append(todo, n)
-		}
-	}
-	for n := range s.learned {
-		if !known(n) {
-			todo = append(todo, n)
-		}
-	}
-	s.mu.Unlock()
-
-	reads := make([]trialRead, len(todo))
-	forEach(ctx, len(todo), readWorkers, func(i int) { reads[i] = s.readLatest(ctx, todo[i], want.probe, hints) })
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	var open []Record  // trials that have not ended
-	var ended []Record // and those that have, cached at once (addFinals)
-	var empty []int    // listed trials with no attempt found
+	for _, n := range present {
+		if !s.idx.ended(n) {
+			todo = append(todo, n)
+		}
+	}
+	for _, n := range s.idx.learnedNumbers() {
+		if !s.idx.ended(n) {
+			todo = append(todo, n)
+		}
+	}
+	return todo
+}
+
+// takeReads sorts a look's reads: it returns the trials that have not
+// ended (a running attempt whose last progress is older than the grace
+// at now is marked stale) and the trials with no attempt found (empty);
+// it caches those that ended at once (addFinals), notes each trial's
+// highest attempt, and adds unreadable records to snap.Corrupt and
+// snap.broken and stray names to snap.Foreign. A read that failed
+// outright (trialRead.fatal) fails the look. The caller holds s.mu.
+func (s *Study) takeReads(snap *Snapshot, reads []trialRead, now time.Time) (open []Record, empty []int, err error) {
+	var ended []Record // cached at once (addFinals)
 	for _, rd := range reads {
 		snap.Foreign = append(snap.Foreign, rd.foreign...)
 		if rd.fatal != nil {
-			return nil, fmt.Errorf("study %s: trial %d: %w", s.name, rd.n, rd.fatal)
+			return nil, nil, fmt.Errorf("study %s: trial %d: %w", s.name, rd.n, rd.fatal)
 		}
-		if rd.attempt >= 0 && rd.attempt > s.highest[rd.n] {
-			s.highest[rd.n] = rd.attempt
+		if h, _ := s.idx.highestAttempt(rd.n); rd.attempt >= 0 && rd.attempt > h {
+			s.idx.sawAttempt(rd.n, rd.attempt)
 		}
 		if rd.err != nil {
 			snap.Corrupt = append(snap.Corrupt, rd.err)
@@ -587,48 +658,32 @@ func (s *Study) look(ctx context.Context, want lookFor) (*Snapshot, error) {
 		ended = append(ended, r)
 	}
 	s.addFinals(ended)
-	if len(empty) > 0 {
-		// A trial folder with no attempt in it is not taken: a claim
-		// makes the folder, then links the attempt, and one that died
-		// in between (or a hand's mkdir, or a stray file in it) left
-		// the folder alone. Counted present, its trial was never
-		// claimed, and a runner waited forever for it to end. It is
-		// claimed like a free number now; if its claim is being made
-		// right now, or a listing lags, the link decides (ErrTaken).
-		slices.Sort(empty)
-		present = slices.DeleteFunc(slices.Clone(present), func(n int) bool {
-			_, found := slices.BinarySearch(empty, n)
-			return found
-		})
-		s.listed = present
-	}
-	s.notice(snap.Foreign)
-	s.notice(snap.Corrupt)
-	slices.SortFunc(open, func(x, y Record) int { return x.Number - y.Number })
-	snap.present, snap.open = present, open
-	s.lastOpen, s.listedAt, s.listTook = open, start, time.Since(start)
-	snap.ended = s.endedCount()
-	if trials {
-		snap.Trials = mergeRecords(s.finalList, open)
-	} else {
-		snap.Trials = open
-	}
-	return snap, nil
+	return open, empty, nil
 }
 
-// ended reports whether this Study knows trial n has ended: its record
-// is cached. The caller holds s.mu.
-func (s *Study) ended(n int) bool {
-	_, ok := s.final[n]
-	return ok
+// dropEmpty returns present less the numbers of empty (trial folders
+// with no attempt in them), as a new slice, and records it as the
+// listing that quick looks reuse. The caller holds s.mu.
+//
+// A trial folder with no attempt in it is not taken: a claim makes the
+// folder, then links the attempt, and one that died in between (or a
+// hand's mkdir, or a stray file in it) left the folder alone. Counted
+// present, its trial was never claimed, and a runner waited forever for
+// it to end. It is claimed like a free number now; if its claim is
+// being made right now, or a listing lags, the link decides (ErrTaken).
+func (s *Study) dropEmpty(present, empty []int) []int {
+	slices.Sort(empty)
+	present = slices.DeleteFunc(slices.Clone(present), func(n int) bool {
+		_, found := slices.BinarySearch(empty, n)
+		return found
+	})
+	s.last.listed = present
+	return present
 }
 
 // endedCount is how many trials of the budget this Study knows ended.
 // The caller holds s.mu.
-func (s *Study) endedCount() int {
-	n, _ := slices.BinarySearchFunc(s.finalList, s.lim(), func(r Record, n int) int { return r.Number - n })
-	return n
-}
+func (s *Study) endedCount() int { return s.idx.endedBelow(s.lim()) }
 
 // numbers returns the trial numbers of recs.
 func numbers(recs []Record) []int {
@@ -642,64 +697,17 @@ func numbers(recs []Record) []int {
 // addFinal caches r, the latest attempt of a trial that has ended. The
 // caller holds s.mu.
 func (s *Study) addFinal(r Record) {
-	if old, ok := s.final[r.Number]; ok && old.Attempt >= r.Attempt {
-		return
+	if s.idx.add(r) {
+		s.beats.forget(r.Number)
 	}
-	s.final[r.Number] = r
-	s.beats.forget(r.Number)
-	// Trials mostly end in number order: appending is the common case.
-	i, found := slices.BinarySearchFunc(s.finalList, r.Number, func(x Record, n int) int { return x.Number - n })
-	if found {
-		s.finalList[i] = r
-		return
-	}
-	s.finalList = slices.Insert(s.finalList, i, r)
 }
 
 // addFinals caches recs, the latest attempts of trials that have ended,
-// with one merge into finalList. (Bug, in speed: adding them one by one
-// inserted each into the middle of the list, shifting its tail; at the
-// end of a budget of 1000 trials shared by 8 processes, each learning the
-// others' ~875 trials moved ~100 MB of records, and 8% of soma-trial's
-// CPU went to it.) The caller holds s.mu.
+// with one merge (trialIndex.addAll). The caller holds s.mu.
 func (s *Study) addFinals(recs []Record) {
-	var add []Record
-	for _, r := range recs {
-		if old, ok := s.final[r.Number]; ok && old.Attempt >= r.Attempt {
-			continue
-		}
-		s.final[r.Number] = r
+	for _, r := range s.idx.addAll(recs) {
 		s.beats.forget(r.Number)
-		add = append(add, r)
 	}
-	if len(add) == 0 {
-		return
-	}
-	// One record per trial, its highest attempt (the map kept the same).
-	slices.SortFunc(add, func(x, y Record) int { return cmp.Or(x.Number-y.Number, y.Attempt-x.Attempt) })
-	add = slices.CompactFunc(add, func(x, y Record) bool { return x.Number == y.Number })
-	old := s.finalList
-	if k := len(old); k == 0 || old[k-1].Number < add[0].Number {
-		s.finalList = append(old, add...)
-		return
-	}
-	merged := make([]Record, 0, len(old)+len(add))
-	i, j := 0, 0
-	for i < len(old) || j < len(add) {
-		switch {
-		case j == len(add) || (i < len(old) && old[i].Number < add[j].Number):
-			merged = append(merged, old[i])
-			i++
-		case i == len(old) || add[j].Number < old[i].Number:
-			merged = append(merged, add[j])
-			j++
-		default: // the same trial: add[j] is its newer attempt
-			merged = append(merged, add[j])
-			i++
-			j++
-		}
-	}
-	s.finalList = merged
 }
 
 // mergeRecords merges two lists sorted by trial number into a new one.

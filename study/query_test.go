@@ -5,9 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
-	"slices"
 	"testing"
+	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
 )
@@ -279,7 +278,7 @@ func TestNextFoldsLearnedNumbers(t *testing.T) {
 	s := recOpen(t, st, "s", recSpec(t, recContinuous, "minimize", "random", "none", n), 0)
 	runInOrder(t, s, n)
 	s.mu.Lock()
-	learned := len(s.learned)
+	learned := s.idx.learnedCount()
 	s.mu.Unlock()
 	if learned > foldLearned {
 		t.Errorf("%d numbers learned and not folded, want at most %d", learned, foldLearned)
@@ -308,44 +307,42 @@ func runInOrder(t *testing.T, s *Study, n int) {
 	}
 }
 
-// TestAddFinals: caching a batch of ended trials at once (one merge) must
-// leave the same cache as adding them one by one: sorted by number, one
-// record per trial, its highest attempt, whatever the order and overlap
-// of the batches.
-func TestAddFinals(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for round := range 200 {
-		one := &Study{final: make(map[int]Record)}
-		batch := &Study{final: make(map[int]Record)}
-		for range 1 + rng.IntN(5) {
-			var recs []Record
-			lo := rng.IntN(50)
-			for range rng.IntN(40) {
-				recs = append(recs, Record{Number: lo + rng.IntN(30), Attempt: rng.IntN(3)})
-			}
-			if rng.IntN(2) == 0 { // mostly in order, as trials end
-				slices.SortFunc(recs, func(x, y Record) int { return x.Number - y.Number })
-			}
-			for _, r := range recs {
-				one.addFinal(r)
-			}
-			batch.addFinals(recs)
-		}
-		if !slices.EqualFunc(one.finalList, batch.finalList, func(x, y Record) bool {
-			return x.Number == y.Number && x.Attempt == y.Attempt
-		}) {
-			t.Fatalf("round %d: batch cache %v, one by one %v", round, brief(batch.finalList), brief(one.finalList))
-		}
-		if len(batch.final) != len(batch.finalList) {
-			t.Fatalf("round %d: map holds %d trials, list %d", round, len(batch.final), len(batch.finalList))
-		}
-	}
-}
-
 func brief(recs []Record) [][2]int {
 	out := make([][2]int, len(recs))
 	for i, r := range recs {
 		out[i] = [2]int{r.Number, r.Attempt}
 	}
 	return out
+}
+
+// TestLastLookReusable: a quick look reuses the last full one for
+// relistAfter, or longer after a slow listing (relistShare times its
+// duration), never before there was one, nor when the clock went back.
+func TestLastLookReusable(t *testing.T) {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		listed []int
+		took   time.Duration
+		after  time.Duration
+		want   bool
+	}{
+		{"no look yet", nil, 0, time.Second, false},
+		{"fresh", []int{}, time.Millisecond, time.Second, true},
+		{"past relistAfter", []int{}, time.Millisecond, relistAfter, false},
+		{"slow listing kept longer", []int{}, time.Second, relistAfter, true},
+		{"slow listing past its share", []int{}, time.Second, relistShare * time.Second, false},
+		{"clock went back", []int{}, time.Millisecond, -time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := lastLook{listed: tc.listed, at: at, took: tc.took}
+			if got := l.reusable(at.Add(tc.after)); got != tc.want {
+				t.Errorf("reusable %v after = %v, want %v", tc.after, got, tc.want)
+			}
+		})
+	}
+	l := lastLook{at: at}
+	if !l.begunSince(at) || l.begunSince(at.Add(time.Nanosecond)) || !l.begunSince(at.Add(-time.Second)) {
+		t.Error("begunSince: want true for the look's start and before, false after")
+	}
 }

@@ -374,7 +374,7 @@ func (r *Run) finish(ctx context.Context, state State, score float64, scores []f
 		if rec, err := decodeRecord(r.s.name, r.s.spec.Space, r.number, r.attempt, b); err == nil && rec.Final(r.s.spec.MaxRetries) {
 			r.s.mu.Lock()
 			r.s.addFinal(rec)
-			r.s.mine[r.number] = true
+			r.s.idx.markMine(r.number)
 			r.s.mu.Unlock()
 		}
 	}

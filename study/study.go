@@ -177,27 +177,19 @@ type Study struct {
 	// not be safe for concurrent use.
 	askMu sync.Mutex
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// idx: what is known of each trial number (ended, highest attempt,
+	// learned to exist); see trialIndex.
+	idx       trialIndex
 	emptyBlob fsstore.Digest
-	final     map[int]Record // trials whose latest attempt is final: never re-read
-	mine      map[int]bool   // trials this Study ended itself (Run.Finish), for Pack's Own
-	finalList []Record       // the same, sorted by number
-	highest   map[int]int    // highest attempt seen per trial (listings may lag)
 	curves    map[fsstore.Digest]curveBlob
 	packs     packCache
-	lowFree   int  // every trial number below it exists in the store
 	contended bool // this process lost a race for a new trial number
 	noPacks   bool // test seam: read every trial from its folder
 
-	// What the last look found, which Next reuses for a while (look):
-	// the listing of the trial folder and the trials that had not ended;
-	// and the trial numbers learned since: claimed here, or found taken.
-	listed      []int
-	lastOpen    []Record
-	listForeign []error
-	listedAt    time.Time
-	listTook    time.Duration
-	learned     map[int]bool
+	// last: what the last full look found, which quick looks reuse for a
+	// while (reuseLook). The numbers learned since are in idx.
+	last lastLook
 
 	// The highest watch record number seen (-1: none), and whether the
 	// watch folder was listed once (Watching).
@@ -245,10 +237,7 @@ func (s *Study) notice(errs []error) {
 // the views that reuse the last listing.
 func (s *Study) learn(n int) {
 	s.mu.Lock()
-	if s.learned == nil {
-		s.learned = make(map[int]bool)
-	}
-	s.learned[n] = true
+	s.idx.learn(n)
 	s.mu.Unlock()
 }
 
@@ -397,9 +386,7 @@ func newStudy(store Store, name string, spec *Spec, opts Options) (*Study, error
 		pruner:  pruner,
 		grace:   grace,
 		clock:   newServerClock(grace),
-		final:   make(map[int]Record),
-		mine:    make(map[int]bool),
-		highest: make(map[int]int),
+		idx:     newTrialIndex(),
 		curves:  make(map[fsstore.Digest]curveBlob),
 		packs:   packCache{loaded: make(map[string]packInfo), covered: make(map[int]bool), foreign: make(map[string][]error)},
 	}

@@ -55,7 +55,7 @@ func (s *Study) Next(ctx context.Context, who Who) (*Run, error) {
 		// Next looked a second time: a waiting soma-trial paid 17 store
 		// operations per look instead of 9.)
 		s.mu.Lock()
-		fresh := !s.listedAt.Before(called)
+		fresh := s.last.begunSince(called)
 		s.mu.Unlock()
 		if fresh {
 			return run, err
@@ -91,7 +91,7 @@ func (s *Study) next(ctx context.Context, who Who, quick bool) (*Run, error) {
 	// Trial numbers are never given back, so the numbers below the first
 	// one this process found free are never free again.
 	s.mu.Lock()
-	low := s.lowFree
+	low := s.idx.lowestFree()
 	s.mu.Unlock()
 	// Claim the lowest free number; after losing that race to another
 	// process, spread over the lowest free numbers instead of all racing
@@ -117,7 +117,7 @@ func (s *Study) next(ctx context.Context, who Who, quick bool) (*Run, error) {
 			low = n + 1
 		}
 	}
-	s.lowFree = max(s.lowFree, low)
+	s.idx.takenBelow(low)
 	contended := s.contended
 	s.mu.Unlock()
 	// The first number found taken (a lost claim, or claimNew's look)
@@ -181,7 +181,7 @@ func (s *Study) next(ctx context.Context, who Who, quick bool) (*Run, error) {
 			if n == low {
 				low++
 				s.mu.Lock()
-				s.lowFree = max(s.lowFree, low)
+				s.idx.takenBelow(low)
 				s.mu.Unlock()
 			}
 			continue
@@ -251,7 +251,7 @@ func (s *Study) readable(snap *Snapshot, n int) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.ended(n)
+	return s.idx.ended(n)
 }
 
 // IndexSampler reports whether the study's sampler proposes from the
@@ -384,10 +384,7 @@ func (s *Study) learnTaken(ctx context.Context, snap *Snapshot) error {
 	defer s.mu.Unlock()
 	for _, k := range kids {
 		if n, ok := parseNumber(k); ok && n < s.ceil() && !snap.hasLocked(n) {
-			if s.learned == nil {
-				s.learned = make(map[int]bool)
-			}
-			s.learned[n] = true
+			s.idx.learn(n)
 		}
 	}
 	return nil
@@ -468,7 +465,7 @@ func (s *Study) retry(ctx context.Context, n, prev int, latest *Record, who Who)
 		return nil, err
 	}
 	s.mu.Lock()
-	s.highest[n] = max(s.highest[n], prev+1)
+	s.idx.sawAttempt(n, prev+1)
 	s.mu.Unlock()
 	if latest != nil && latest.State == StateStale {
 		// The stale attempt may have finished between our read and our
@@ -526,7 +523,7 @@ func (s *Study) claimAttempt(ctx context.Context, n, a int, p Point, fails int, 
 	}
 	s.learn(n) // taken, by this process or another
 	s.mu.Lock()
-	s.highest[n] = max(s.highest[n], a)
+	s.idx.sawAttempt(n, a)
 	s.mu.Unlock()
 	if !won {
 		return nil, &TakenError{Study: s.name, Trial: n, Attempt: a, State: StateRunning}

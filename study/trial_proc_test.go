@@ -200,7 +200,7 @@ func TestProcessesRetryStaleOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitStale(grace)
+	waitStale(t, st, "s", grace, 0)
 	runs := runHelpers(t, 4, "once", root, "s", grace)
 	if len(runs) != 1 || runs[0].attempt != 1 || runs[0].point != dead.PointText() {
 		t.Fatalf("runs = %+v, want one retry (attempt 1) of %s", runs, dead.PointText())

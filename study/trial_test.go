@@ -3,12 +3,14 @@ package study
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/testutil"
 )
 
 func TestClaimedTrialIsNotClaimableTwice(t *testing.T) {
@@ -226,9 +228,27 @@ func TestRetries(t *testing.T) {
 	}
 }
 
-// waitStale sleeps until a record written now is older than grace in the
-// file server's time (a local disk here: the server is this kernel).
-func waitStale(grace time.Duration) { time.Sleep(grace + grace/2) }
+// waitStale waits until trial n's latest attempt (running, and not
+// beaten since it was written) is stale to a Study that opens study name
+// now: older than grace in the file server's time (a local disk here:
+// the server is this kernel). Each poll opens a fresh Study, so that the
+// caller's own Studies learn nothing from the wait.
+//
+// It used to sleep 1.5 grace, a guess at how long the server's clock
+// takes to pass the lease; on a loaded machine the looks after it could
+// still run first. Polling waits as long as it takes, and no longer.
+func waitStale(t testing.TB, st Store, name string, grace time.Duration, n int) {
+	t.Helper()
+	ctx := context.Background()
+	testutil.WaitFor(t, time.Minute, grace/10, fmt.Sprintf("trial %d stale", n), func() (bool, error) {
+		snap, err := recOpen(t, st, name, nil, grace).Trials(ctx)
+		if err != nil {
+			return false, err
+		}
+		r, ok := snap.Trial(n)
+		return ok && r.State == StateStale, nil
+	})
+}
 
 // A stale attempt is retried exactly once even when many processes see it
 // stale at the same moment, and its late report changes nothing.
@@ -242,7 +262,7 @@ func TestStaleRetriedExactlyOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitStale(grace)
+	waitStale(t, st, "s", grace, 0)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var won []*Run
@@ -309,7 +329,7 @@ func TestStaleAttemptFinishingAsItIsRetried(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitStale(grace)
+		waitStale(t, st, "s", grace, 0)
 		o := recOpen(t, st, "s", nil, grace)
 		snap, err := o.Trials(ctx)
 		if err != nil {
@@ -356,15 +376,21 @@ func TestHeartbeatKeepsLease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := recStore(t)
-	const grace = time.Second
+	const grace = 2 * time.Second
 	s := recOpen(t, st, "s", recSpec(t, recContinuous, "minimize", "random", "none", 1), grace)
 	run, err := s.Next(ctx, recWho)
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := recOpen(t, st, "s", nil, grace)
-	for range 12 { // 1.5 grace periods
-		time.Sleep(grace / 8)
+	// The sleeps are the behaviour under test: the lease must run out
+	// (1.5 grace since the claim) while the heartbeats renew it. Only
+	// the time from the last beat to o's look below decides, so the
+	// margin against a stalled machine is a whole grace, 2 s. (It was 1 s grace with a beat every 125 ms: 12
+	// record writes, each slow under -race on 2 shared CPUs, for no
+	// more coverage than 6.)
+	for start := time.Now(); time.Since(start) < grace+grace/2; {
+		time.Sleep(grace / 4)
 		if err := run.Heartbeat(ctx); err != nil {
 			t.Fatal(err)
 		}

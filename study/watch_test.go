@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/testutil"
 )
 
 // The watcher role (issue 19): one holder at a time; released, it is
@@ -17,7 +18,11 @@ func TestWatcherRole(t *testing.T) {
 	ctx := context.Background()
 	st := recStore(t)
 	spec := recSpec(t, recContinuous, "minimize", "random", "none", 3)
-	const grace = 500 * time.Millisecond
+	// The lease is real time: the holder that stops refreshing must go
+	// stale (waited for below, by polling), and the live ones must not
+	// between two calls. 2 s, not 0.5 s: a 2-CPU machine running several
+	// test binaries under -race can stall a goroutine that long.
+	const grace = 2 * time.Second
 	a := recOpen(t, st, "s", spec, grace) // two processes' views of the study
 	b := recOpen(t, st, "s", nil, grace)
 	whoA, whoB := Who{Host: "a", PID: 1}, Who{Host: "b", PID: 2, Job: "7_1"}
@@ -56,20 +61,10 @@ func TestWatcherRole(t *testing.T) {
 	}
 
 	t.Log("stale: taken by the next that looks")
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testutil.WaitFor(t, time.Minute, grace/5, "the silent holder going stale", func() (bool, error) {
 		s, _, err := a.Watching(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !s.Live {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the silent holder never went stale")
-		}
-		time.Sleep(grace / 5)
-	}
+		return err == nil && !s.Live, err
+	})
 	wa2, err := a.Watch(ctx, whoA)
 	if err != nil {
 		t.Fatalf("Watch over a stale holder = %v", err)
@@ -160,7 +155,7 @@ func TestNextAfterAWaitLooksOnce(t *testing.T) {
 		t.Fatalf("Next = %v, want ErrNoWork", err)
 	}
 	s.mu.Lock()
-	s.listedAt = s.listedAt.Add(-time.Hour) // as after a long wait
+	s.last.at = s.last.at.Add(-time.Hour) // as after a long wait
 	s.mu.Unlock()
 	c.Reset()
 	if _, err := s.Next(ctx, recWho); !errors.Is(err, ErrNoWork) {

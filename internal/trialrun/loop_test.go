@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/soma-hpc/soma/internal/testutil"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/testutil"
 	"github.com/soma-hpc/soma/study"
 )
 
@@ -105,15 +105,32 @@ func TestPrefetchedClaimKeepsBeating(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Trial 0 is quick (so the worker prefetches), trial 1 outlasts the
-	// lease while trial 2 is held.
-	obj := []string{"/bin/sh", "-c", `if [ "$SOMA_TRIAL" = 1 ]; then sleep 5; fi; echo 1`}
+	// Trial 0 is quick (so the worker prefetches), trial 1 runs until the
+	// test releases it, after the lease of trial 2 (held meanwhile) has
+	// run out. (It used to sleep 5 s while the test slept grace + 1.5 s
+	// from the start: on a loaded machine trial 2 could be claimed late,
+	// or trial 1 end before the look, and the test then proved nothing.)
+	release := filepath.Join(t.TempDir(), "release")
+	obj := []string{"/bin/sh", "-c", `if [ "$SOMA_TRIAL" = 1 ]; then while [ ! -e '` + release + `' ]; do sleep 0.05; done; fi; echo 1`}
+	releaseTrial1 := func() {
+		if err := os.WriteFile(release, nil, 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(releaseTrial1) // if the test stops early: no objective left waiting
 	done := make(chan error, 1)
 	go func() {
 		_, err := Run(ctx, st, root, Options{prefetchBelow: 4 * time.Second, Argv: obj, Trial: -1, Who: study.Who{Host: "h", PID: os.Getpid()}, Guard: self}, nil)
 		done <- err
 	}()
-	time.Sleep(grace + 1500*time.Millisecond)
+	testutil.WaitFor(t, time.Minute, 50*time.Millisecond, "trial 2 claimed while trial 1 runs", func() (bool, error) {
+		return store.Exists(ctx, "study/s/trial/2/0")
+	})
+	// This sleep is the behaviour under test: trial 2's claim is older
+	// than its lease, so only its heartbeats (every grace/5) keep it.
+	// The margin is half a grace past the lease; a beat delayed by a
+	// stall of up to grace - grace/5 = 1.6 s is still in time.
+	time.Sleep(grace + grace/2)
 	// Another process, now: trial 2 is claimed (prefetched while trial 1
 	// runs) and still beating, so there is nothing for it to take.
 	other, err := study.Open(ctx, store, "s", nil, study.Options{Grace: grace})
@@ -132,6 +149,7 @@ func TestPrefetchedClaimKeepsBeating(t *testing.T) {
 	} else if !errors.Is(err, study.ErrNoWork) {
 		t.Fatalf("another process's Next = %v, want no work (all trials held)", err)
 	}
+	releaseTrial1()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -166,16 +184,11 @@ func TestSignalGivesBackThePrefetchedClaim(t *testing.T) {
 		_, err := Run(ctx, st, root, Options{prefetchBelow: 4 * time.Second, Argv: obj, Trial: -1, Who: study.Who{Host: "h", PID: os.Getpid()}, Guard: self, KillGrace: time.Second}, sig)
 		done <- err
 	}()
-	// Wait until trial 2 is held (claimed while trial 1 runs).
-	for i := 0; ; i++ {
-		if ok, _ := store.Exists(ctx, "study/s/trial/2/0"); ok {
-			break
-		}
-		if i == 200 {
-			t.Fatal("trial 2 was never claimed while trial 1 ran")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	// Wait until trial 2 is held (claimed while trial 1 runs); within
+	// trial 1's 30 s, or the signal would find it done.
+	testutil.WaitFor(t, 20*time.Second, 50*time.Millisecond, "trial 2 claimed while trial 1 runs", func() (bool, error) {
+		return store.Exists(ctx, "study/s/trial/2/0")
+	})
 	sig <- syscall.SIGUSR1
 	if err := <-done; !errors.Is(err, ErrInterrupted) {
 		t.Fatalf("Run = %v, want interrupted", err)

@@ -663,151 +663,32 @@ func (l *loop) sleep(ctx context.Context, d time.Duration) bool {
 
 // runOne runs the objective of one claimed attempt and returns what
 // records its end (the worker may call it while its next objective runs).
-// An error means the objective could not run at all.
+// An error means the objective could not run at all: the attempt is then
+// recorded interrupted (giveBack, or here when the objective cannot
+// start), so that it is retried, and the loop stops.
+//
+// Its steps: set up the attempt's work folder and log (setUp), let a
+// signal reach the objective (stopChannel), heartbeat while the
+// objective runs and feed its reports to the pruner (attempt), then
+// mark the end of its output in the log (endLog).
 func (l *loop) runOne(ctx context.Context, w int, run *study.Run) (record func() error, err error) {
-	name := l.st.Name()
 	n, a := run.Number(), run.Attempt()
-	kvs := run.Values()
-	params := make([]objective.Param, len(kvs))
-	for i, kv := range kvs {
-		params[i] = objective.Param{Name: kv.Name, Text: kv.Text, Absent: kv.Absent}
-	}
-	pj, err := run.PointJSON()
+	su, err := l.setUp(ctx, w, run)
 	if err != nil {
 		return nil, err
 	}
-	dir := WorkDir(l.root, name, n)
-	if err := l.makeWorkDir(dir); err != nil {
-		return nil, l.giveBack(ctx, run, fmt.Errorf("trial folder: %w", err), "make the work folder writable")
-	}
-	wl, err := l.workerLog(w)
-	if err != nil {
-		return nil, l.giveBack(ctx, run, fmt.Errorf("log: %w", err), "make "+LogDir(l.root, name)+" writable, or free space")
-	}
-	if err := wl.mark("start", n, a); err != nil {
-		return nil, l.giveBack(ctx, run, fmt.Errorf("log: %w", err), "make "+LogDir(l.root, name)+" writable, or free space")
-	}
-
-	stop := make(chan objective.Stop, 2)
-	l.mu.Lock()
-	l.stops[w] = stop
-	if l.stopped.Load() { // a signal came between the claim and now
-		stop <- objective.Stop{Kind: objective.StopSignal, Signal: l.signal}
-	}
-	l.mu.Unlock()
-	defer func() {
-		l.mu.Lock()
-		delete(l.stops, w)
-		l.mu.Unlock()
-	}()
+	stop, release := l.stopChannel(w)
+	defer release()
 	if l.o.Verbose {
 		l.logf("trial %d.%d start %s", n, a, run.PointText())
 	}
-
-	var runMu sync.Mutex // Report and Heartbeat both rewrite the record
-	superseded := func() {
-		select {
-		case stop <- objective.Stop{Kind: objective.StopSuperseded}:
-		default:
-		}
-	}
-	// Heartbeats on a timer, not a goroutine waiting on a ticker: a
-	// goroutine per trial costs scheduler work on every trial.
-	hbCtx, hbCancel := context.WithCancel(ctx)
-	var hbMu sync.Mutex // held while a beat runs; the timer is stopped under it
-	hbStopped, warned := false, false
-	var hbTimer *time.Timer
-	beat := func() {
-		hbMu.Lock()
-		defer hbMu.Unlock()
-		if hbStopped {
-			return
-		}
-		runMu.Lock()
-		err := run.Flush(hbCtx) // a heartbeat, with the values not written yet
-		runMu.Unlock()
-		switch {
-		case err == nil, hbCtx.Err() != nil:
-		case errors.Is(err, study.ErrSuperseded):
-			l.logf("trial %d.%d: superseded by a newer attempt (this process lost its lease); stopping the objective", n, a)
-			superseded()
-			return
-		case !warned:
-			warned = true
-			l.logf("trial %d.%d: heartbeat failed (will keep trying): %v", n, a, err)
-		}
-		hbTimer.Reset(l.st.HeartbeatInterval())
-	}
-	hbMu.Lock()
-	hbTimer = time.AfterFunc(l.st.HeartbeatInterval(), beat)
-	hbMu.Unlock()
-	stopBeats := func() {
-		hbCancel() // an in-flight heartbeat returns at once
-		hbMu.Lock()
-		hbStopped = true
-		hbTimer.Stop()
-		hbMu.Unlock()
-	}
-	// Reports are coalesced: each value joins the curve at once and the
-	// verdict is the pruner's on the curve so far, but the record (and its
-	// curve blob, which holds the whole curve) is rewritten only on the
-	// first report, by the heartbeats, and at most every flushEvery, or
-	// less often if a write takes more than 1/flushDuty of the time;
-	// Finish writes the whole curve. Writing it on every report cost 1.5-3
-	// ms each, growing with the curve (issue 13: 20000 reports, written
-	// by the objective in well under a second, took its trial 75 s).
-	var nextFlush time.Time // guarded by runMu
-	onReport := func(step int64, value float64) bool {
-		runMu.Lock()
-		err := run.Add(step, value)
-		if now := time.Now(); err == nil && !now.Before(nextFlush) {
-			err = run.Flush(ctx)
-			nextFlush = time.Now().Add(max(flushEvery, flushDuty*time.Since(now)))
-		}
-		runMu.Unlock()
-		prune := false
-		if err == nil {
-			// Other trials' curves as read at most judgeAge ago.
-			prune, err = run.Judge(ctx, judgeAge)
-		}
-		if l.o.Verbose {
-			l.logf("trial %d.%d step %d value %g%s", n, a, step, value, map[bool]string{true: " -> prune"}[prune])
-		}
-		if errors.Is(err, study.ErrSuperseded) {
-			superseded()
-			return false
-		}
-		if err != nil {
-			l.logf("trial %d.%d: report at step %d: %v", n, a, step, err)
-		}
-		return prune
-	}
-	res, err := objective.Run(ctx, objective.Options{
-		Argv:       l.o.Argv,
-		Params:     params,
-		ParamsJSON: pj,
-		Vars: map[string]string{
-			"study": name, "trial": strconv.Itoa(n), "attempt": strconv.Itoa(a), "trial_dir": dir,
-		},
-		Env:          l.env,
-		Stdout:       wl.out,
-		Stderr:       wl.err,
-		EndsKnown:    wl.known,
-		StdoutEnd:    wl.outEnd,
-		StderrEnd:    wl.errEnd,
-		Timeout:      l.o.Timeout,
-		Grace:        l.o.KillGrace,
-		OnReport:     onReport,
-		LastStepOnly: true, // run keeps the curve
-		Metrics:      l.st.Spec().Metrics,
-		PythonPath:   l.o.PythonPath,
-		Guard:        l.o.Guard,
-	}, stop)
+	t := &attempt{l: l, run: run, n: n, a: a, stop: stop}
+	stopBeats := t.startBeats(ctx)
+	res, err := objective.Run(ctx, l.objectiveOptions(run, su, func(step int64, value float64) bool {
+		return t.report(ctx, step, value)
+	}), stop)
 	stopBeats()
-	wl.ended(res.StdoutEnd, res.StderrEnd, err == nil)
-	if merr := wl.mark("end", n, a); merr != nil {
-		l.logf("soma-trial: warning: log index: %v (soma logs may show trial %d.%d's output up to a later attempt's)", merr, n, a)
-	}
+	l.endLog(su.wl, n, a, res, err)
 	if err != nil {
 		// The objective cannot start (not found...): give the trial back
 		// and stop, rather than fail every trial of the budget.
@@ -816,7 +697,100 @@ func (l *loop) runOne(ctx context.Context, w int, run *study.Run) (record func()
 		_ = run.Finish(rctx, study.StateInterrupted, math.NaN(), err.Error())
 		return nil, err
 	}
-	return func() error { return l.record(ctx, w, run, res, dir) }, nil
+	return func() error { return l.record(ctx, w, run, res, su.dir) }, nil
+}
+
+// trialSetup is what setUp prepared for one attempt's objective.
+type trialSetup struct {
+	params []objective.Param
+	pj     []byte // the point as JSON
+	dir    string // the trial's work folder
+	wl     *workerLog
+}
+
+// setUp prepares attempt run of worker w: its parameters, its work
+// folder (made), and the worker's log, with the attempt's start marked
+// in its index. When the folder or the log cannot be made, the attempt
+// is given back (giveBack) and the error says the fix.
+func (l *loop) setUp(ctx context.Context, w int, run *study.Run) (trialSetup, error) {
+	name := l.st.Name()
+	n, a := run.Number(), run.Attempt()
+	kvs := run.Values()
+	su := trialSetup{params: make([]objective.Param, len(kvs))}
+	for i, kv := range kvs {
+		su.params[i] = objective.Param{Name: kv.Name, Text: kv.Text, Absent: kv.Absent}
+	}
+	var err error
+	if su.pj, err = run.PointJSON(); err != nil {
+		return su, err
+	}
+	su.dir = WorkDir(l.root, name, n)
+	if err := l.makeWorkDir(su.dir); err != nil {
+		return su, l.giveBack(ctx, run, fmt.Errorf("trial folder: %w", err), "make the work folder writable")
+	}
+	if su.wl, err = l.workerLog(w); err != nil {
+		return su, l.giveBack(ctx, run, fmt.Errorf("log: %w", err), "make "+LogDir(l.root, name)+" writable, or free space")
+	}
+	if err := su.wl.mark("start", n, a); err != nil {
+		return su, l.giveBack(ctx, run, fmt.Errorf("log: %w", err), "make "+LogDir(l.root, name)+" writable, or free space")
+	}
+	return su, nil
+}
+
+// stopChannel makes worker w's stop channel, which watchSignals sends
+// to, holding a signal's stop at once if one came between the claim and
+// now. release unregisters it; call it once the objective has returned.
+func (l *loop) stopChannel(w int) (stop chan objective.Stop, release func()) {
+	stop = make(chan objective.Stop, 2)
+	l.mu.Lock()
+	l.stops[w] = stop
+	if l.stopped.Load() { // a signal came between the claim and now
+		stop <- objective.Stop{Kind: objective.StopSignal, Signal: l.signal}
+	}
+	l.mu.Unlock()
+	return stop, func() {
+		l.mu.Lock()
+		delete(l.stops, w)
+		l.mu.Unlock()
+	}
+}
+
+// objectiveOptions are the options objective.Run gets for attempt run,
+// set up as su, with onReport taking its reports.
+func (l *loop) objectiveOptions(run *study.Run, su trialSetup, onReport func(step int64, value float64) bool) objective.Options {
+	n, a := run.Number(), run.Attempt()
+	return objective.Options{
+		Argv:       l.o.Argv,
+		Params:     su.params,
+		ParamsJSON: su.pj,
+		Vars: map[string]string{
+			"study": l.st.Name(), "trial": strconv.Itoa(n), "attempt": strconv.Itoa(a), "trial_dir": su.dir,
+		},
+		Env:          l.env,
+		Stdout:       su.wl.out,
+		Stderr:       su.wl.err,
+		EndsKnown:    su.wl.known,
+		StdoutEnd:    su.wl.outEnd,
+		StderrEnd:    su.wl.errEnd,
+		Timeout:      l.o.Timeout,
+		Grace:        l.o.KillGrace,
+		OnReport:     onReport,
+		LastStepOnly: true, // run keeps the curve
+		Metrics:      l.st.Spec().Metrics,
+		PythonPath:   l.o.PythonPath,
+		Guard:        l.o.Guard,
+	}
+}
+
+// endLog marks the end of attempt n.a's output in worker log wl, given
+// what objective.Run returned (runErr: the objective did not run). A log
+// index that cannot be written is only warned about: the attempt's
+// outcome is recorded anyway, and only soma logs' view of it suffers.
+func (l *loop) endLog(wl *workerLog, n, a int, res objective.Result, runErr error) {
+	wl.ended(res.StdoutEnd, res.StderrEnd, runErr == nil)
+	if merr := wl.mark("end", n, a); merr != nil {
+		l.logf("soma-trial: warning: log index: %v (soma logs may show trial %d.%d's output up to a later attempt's)", merr, n, a)
+	}
 }
 
 // giveBack ends a claimed attempt whose objective cannot be started

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/testutil"
 	"github.com/soma-hpc/soma/study"
 )
 
@@ -94,16 +95,10 @@ func TestOneWaiterLooksAtTheLeasesPace(t *testing.T) {
 	}()
 	// Wait until it holds the role, then start a second one: it stops at
 	// once.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if w, _, err := holder.Watching(ctx); err == nil && w.Live && w.Who.PID == os.Getpid() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the first waiter never took the watcher role")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitFor(t, time.Minute, 20*time.Millisecond, "the first waiter taking the watcher role", func() (bool, error) {
+		w, _, err := holder.Watching(ctx)
+		return err == nil && w.Live && w.Who.PID == os.Getpid(), nil
+	})
 	st2, err := study.Open(ctx, store, "s", nil, study.Options{Grace: grace})
 	if err != nil {
 		t.Fatal(err)
