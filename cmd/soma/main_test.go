@@ -12,9 +12,9 @@ import (
 
 	"github.com/soma-hpc/soma/fsstore"
 	"github.com/soma-hpc/soma/internal/report"
+	"github.com/soma-hpc/soma/internal/runlog"
 	"github.com/soma-hpc/soma/internal/status"
 	"github.com/soma-hpc/soma/internal/studytest"
-	"github.com/soma-hpc/soma/internal/trialrun"
 )
 
 // shared is the fixture of this test binary: real soma-trial runs,
@@ -199,9 +199,9 @@ func TestCommandsOverRealStudy(t *testing.T) {
 	out, _ = ok("logs", root, "--study", "quad", "0", "--stderr")
 	// Trial 0's stderr, read by hand from its worker's files (where the
 	// index says it is; the quadratic example writes none).
-	loc, found, err := trialrun.FindLog(root, "quad", 0, 0)
+	loc, found, err := runlog.Find(root, "quad", 0, 0)
 	if err != nil || !found {
-		t.Fatalf("FindLog(0) = %v, %v", found, err)
+		t.Fatalf("runlog.Find(0) = %v, %v", found, err)
 	}
 	var kept []byte
 	if b, err := os.ReadFile(loc.Err); err == nil {

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/soma-hpc/soma/internal/runlog"
 	"github.com/soma-hpc/soma/internal/studytest"
 	"github.com/soma-hpc/soma/internal/testutil"
-	"github.com/soma-hpc/soma/internal/trialrun"
 	"github.com/soma-hpc/soma/study"
 )
 
@@ -229,9 +229,9 @@ func TestLogs(t *testing.T) {
 	root := s.Root()
 	// The attempt's bytes, read from its worker's files by hand.
 	logOf := func(n int, stream string) string {
-		loc, ok, err := trialrun.FindLog(root, studytest.Main, n, 0)
+		loc, ok, err := runlog.Find(root, studytest.Main, n, 0)
 		if err != nil || !ok || !loc.Ended {
-			t.Fatalf("FindLog(%d) = %+v, %v, %v", n, loc, ok, err)
+			t.Fatalf("runlog.Find(%d) = %+v, %v, %v", n, loc, ok, err)
 		}
 		path, from, to := loc.Out, loc.OutStart, loc.OutEnd
 		if stream == "err" {
@@ -321,7 +321,7 @@ func TestLogsFollow(t *testing.T) {
 	}
 	// A worker's files, as soma-trial writes them: the attempt's start in
 	// the index (after an earlier attempt's output), then its output.
-	base := filepath.Join(trialrun.LogDir(root, studytest.Main), "node5.5.0")
+	base := filepath.Join(runlog.Dir(root, studytest.Main), "node5.5.0")
 	path := base + ".out"
 	if err := os.WriteFile(path, []byte("an earlier attempt's output\n"), 0o666); err != nil {
 		t.Fatal(err)

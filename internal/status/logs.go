@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
-	"github.com/soma-hpc/soma/internal/trialrun"
+	"github.com/soma-hpc/soma/internal/runlog"
 	"github.com/soma-hpc/soma/study"
 )
 
@@ -33,7 +33,7 @@ type LogOptions struct {
 }
 
 // Logs copies the output soma-trial kept for one attempt of a trial
-// (trialrun.FindLog under root) to w. A trial the study does not have, an
+// (runlog.Find under root) to w. A trial the study does not have, an
 // attempt it never made, and a record that cannot be read are errors
 // that say so; so is a missing log of an attempt that is not running.
 func Logs(ctx context.Context, st *study.Study, root string, o LogOptions, w io.Writer) error {
@@ -51,7 +51,7 @@ func Logs(ctx context.Context, st *study.Study, root string, o LogOptions, w io.
 	// where returns the attempt's file and range in it (ok false: no
 	// index names the attempt yet).
 	where := func() (path string, start, end int64, ok bool, err error) {
-		loc, ok, err := trialrun.FindLog(root, st.Name(), rec.Number, rec.Attempt)
+		loc, ok, err := runlog.Find(root, st.Name(), rec.Number, rec.Attempt)
 		if err != nil || !ok {
 			return "", 0, 0, ok, err
 		}
@@ -69,7 +69,7 @@ func Logs(ctx context.Context, st *study.Study, root string, o LogOptions, w io.
 		return err
 	}
 	if !ok && !(o.Follow && running) {
-		return fmt.Errorf("no output kept for trial %d attempt %d of %s: no log index in %s names it (the attempt ran with another --root, or its objective never started)", rec.Number, rec.Attempt, st.Name(), trialrun.LogDir(root, st.Name()))
+		return fmt.Errorf("no output kept for trial %d attempt %d of %s: no log index in %s names it (the attempt ran with another --root, or its objective never started)", rec.Number, rec.Attempt, st.Name(), runlog.Dir(root, st.Name()))
 	}
 	if ok {
 		if end == off {
@@ -81,7 +81,7 @@ func Logs(ctx context.Context, st *study.Study, root string, o LogOptions, w io.
 			}
 			fmt.Fprintf(o.Notes, "(trial %d attempt %d wrote nothing to %s)\n", rec.Number, rec.Attempt, stream)
 		}
-		if off, err = trialrun.CopyRange(path, off, end, w); err != nil {
+		if off, err = runlog.CopyRange(path, off, end, w); err != nil {
 			return err
 		}
 	}
@@ -109,7 +109,7 @@ func Logs(ctx context.Context, st *study.Study, root string, o LogOptions, w io.
 			}
 		}
 		if ok {
-			if off, err = trialrun.CopyRange(path, off, end, w); err != nil {
+			if off, err = runlog.CopyRange(path, off, end, w); err != nil {
 				return err
 			}
 		}
@@ -134,7 +134,7 @@ func Logs(ctx context.Context, st *study.Study, root string, o LogOptions, w io.
 			if path == "" {
 				path, off = p, start
 			}
-			if _, err := trialrun.CopyRange(path, off, e, w); err != nil {
+			if _, err := runlog.CopyRange(path, off, e, w); err != nil {
 				return err
 			}
 		}

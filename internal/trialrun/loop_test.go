@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/runlog"
 	"github.com/soma-hpc/soma/internal/testutil"
 	"github.com/soma-hpc/soma/study"
 )
@@ -226,7 +227,7 @@ func TestLogThatCannotBeOpenedGivesTheTrialBack(t *testing.T) {
 			}
 			who := study.Who{Host: "h", PID: os.Getpid()}
 			for w := range parallel {
-				if err := os.MkdirAll(filepath.Join(LogDir(root, "s"), fmt.Sprintf("h.%d.%d.out", who.PID, w)), 0o777); err != nil {
+				if err := os.MkdirAll(filepath.Join(runlog.Dir(root, "s"), fmt.Sprintf("h.%d.%d.out", who.PID, w)), 0o777); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -250,7 +251,7 @@ func TestLogThatCannotBeOpenedGivesTheTrialBack(t *testing.T) {
 			}
 			// Once the folder is fixed, the trials are run again at once
 			// (no lease to wait for), and the budget ends.
-			os.RemoveAll(LogDir(root, "s"))
+			os.RemoveAll(runlog.Dir(root, "s"))
 			sum, err := Run(ctx, st, root, o, nil)
 			if err != nil || sum.Stopped != "budget" || sum.States["done"] != 4 {
 				t.Fatalf("Run after the fix = %+v, %v; want 4 done, the budget reached", sum, err)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/soma-hpc/soma/fsstore"
 	"github.com/soma-hpc/soma/internal/objective"
+	"github.com/soma-hpc/soma/internal/runlog"
 	"github.com/soma-hpc/soma/study"
 )
 
@@ -93,7 +94,7 @@ type loop struct {
 	sig   <-chan os.Signal
 	mu    sync.Mutex
 	stops map[int]chan objective.Stop // running objectives by worker
-	logs  map[int]*workerLog          // per worker, opened on its first trial
+	logs  map[int]*runlog.Writer      // per worker, opened on its first trial
 	env   []string                    // the objectives' base environment, read once
 
 	stopped atomic.Bool // a signal arrived
@@ -163,7 +164,7 @@ func Run(ctx context.Context, st *study.Study, root string, o Options, sig <-cha
 	if err := CheckArgs(o.Argv, st.Space()); err != nil {
 		return Summary{}, err
 	}
-	l := &loop{st: st, root: root, o: o, sig: sig, stops: map[int]chan objective.Stop{}, logs: map[int]*workerLog{}}
+	l := &loop{st: st, root: root, o: o, sig: sig, stops: map[int]chan objective.Stop{}, logs: map[int]*runlog.Writer{}}
 	l.sum.States = map[string]int{}
 	if l.env = o.Env; l.env == nil {
 		l.env = os.Environ() // once, not per trial
@@ -705,7 +706,7 @@ type trialSetup struct {
 	params []objective.Param
 	pj     []byte // the point as JSON
 	dir    string // the trial's work folder
-	wl     *workerLog
+	wl     *runlog.Writer
 }
 
 // setUp prepares attempt run of worker w: its parameters, its work
@@ -729,10 +730,10 @@ func (l *loop) setUp(ctx context.Context, w int, run *study.Run) (trialSetup, er
 		return su, l.giveBack(ctx, run, fmt.Errorf("trial folder: %w", err), "make the work folder writable")
 	}
 	if su.wl, err = l.workerLog(w); err != nil {
-		return su, l.giveBack(ctx, run, fmt.Errorf("log: %w", err), "make "+LogDir(l.root, name)+" writable, or free space")
+		return su, l.giveBack(ctx, run, fmt.Errorf("log: %w", err), "make "+runlog.Dir(l.root, name)+" writable, or free space")
 	}
-	if err := su.wl.mark("start", n, a); err != nil {
-		return su, l.giveBack(ctx, run, fmt.Errorf("log: %w", err), "make "+LogDir(l.root, name)+" writable, or free space")
+	if err := su.wl.Mark("start", n, a); err != nil {
+		return su, l.giveBack(ctx, run, fmt.Errorf("log: %w", err), "make "+runlog.Dir(l.root, name)+" writable, or free space")
 	}
 	return su, nil
 }
@@ -759,6 +760,7 @@ func (l *loop) stopChannel(w int) (stop chan objective.Stop, release func()) {
 // set up as su, with onReport taking its reports.
 func (l *loop) objectiveOptions(run *study.Run, su trialSetup, onReport func(step int64, value float64) bool) objective.Options {
 	n, a := run.Number(), run.Attempt()
+	known, outEnd, errEnd := su.wl.Ends()
 	return objective.Options{
 		Argv:       l.o.Argv,
 		Params:     su.params,
@@ -767,11 +769,11 @@ func (l *loop) objectiveOptions(run *study.Run, su trialSetup, onReport func(ste
 			"study": l.st.Name(), "trial": strconv.Itoa(n), "attempt": strconv.Itoa(a), "trial_dir": su.dir,
 		},
 		Env:          l.env,
-		Stdout:       su.wl.out,
-		Stderr:       su.wl.err,
-		EndsKnown:    su.wl.known,
-		StdoutEnd:    su.wl.outEnd,
-		StderrEnd:    su.wl.errEnd,
+		Stdout:       su.wl.Out,
+		Stderr:       su.wl.Err,
+		EndsKnown:    known,
+		StdoutEnd:    outEnd,
+		StderrEnd:    errEnd,
 		Timeout:      l.o.Timeout,
 		Grace:        l.o.KillGrace,
 		OnReport:     onReport,
@@ -786,9 +788,9 @@ func (l *loop) objectiveOptions(run *study.Run, su trialSetup, onReport func(ste
 // what objective.Run returned (runErr: the objective did not run). A log
 // index that cannot be written is only warned about: the attempt's
 // outcome is recorded anyway, and only soma logs' view of it suffers.
-func (l *loop) endLog(wl *workerLog, n, a int, res objective.Result, runErr error) {
-	wl.ended(res.StdoutEnd, res.StderrEnd, runErr == nil)
-	if merr := wl.mark("end", n, a); merr != nil {
+func (l *loop) endLog(wl *runlog.Writer, n, a int, res objective.Result, runErr error) {
+	wl.Ended(res.StdoutEnd, res.StderrEnd, runErr == nil)
+	if merr := wl.Mark("end", n, a); merr != nil {
 		l.logf("soma-trial: warning: log index: %v (soma logs may show trial %d.%d's output up to a later attempt's)", merr, n, a)
 	}
 }
@@ -944,7 +946,7 @@ func (l *loop) host() string {
 }
 
 // workerLog returns worker w's log files, opening them on first use.
-func (l *loop) workerLog(w int) (*workerLog, error) {
+func (l *loop) workerLog(w int) (*runlog.Writer, error) {
 	l.mu.Lock()
 	wl := l.logs[w]
 	l.mu.Unlock()
@@ -952,7 +954,7 @@ func (l *loop) workerLog(w int) (*workerLog, error) {
 		return wl, nil
 	}
 	// Only worker w opens its own files: no race on l.logs[w].
-	wl, err := openWorkerLog(l.logDir, l.host(), l.o.Who.PID, w)
+	wl, err := runlog.Open(l.logDir, l.host(), l.o.Who.PID, w)
 	if err != nil {
 		return nil, err
 	}

@@ -40,7 +40,7 @@ import (
 	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
-	"github.com/soma-hpc/soma/internal/trialrun"
+	"github.com/soma-hpc/soma/internal/runlog"
 	"github.com/soma-hpc/soma/study"
 )
 
@@ -401,7 +401,7 @@ func soma(args []string) error {
 		res.Errors = append(res.Errors, c.Error())
 	}
 	// Objective runs: one "start" line per run in the workers' log indexes.
-	idxs, err := filepath.Glob(filepath.Join(trialrun.LogDir(store.Root(), name), "*.idx"))
+	idxs, err := filepath.Glob(filepath.Join(runlog.Dir(store.Root(), name), "*.idx"))
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,10 @@
-package trialrun
+// Package runlog is the format of soma-trial's log folder: each worker
+// slot of a soma-trial process appends the output of every attempt it
+// runs to its own files and indexes where each attempt's output starts
+// and ends (Writer); soma logs finds an attempt's bytes (Find, CopyRange).
+// The runner (internal/trialrun) writes it and the views
+// (internal/status) read it; neither imports the other for it.
+package runlog
 
 import (
 	"bufio"
@@ -34,10 +40,10 @@ import (
 // the truth. Output that an objective's leftover children write after it
 // exits lands after its range.
 
-// LogDir is the folder of a study's logs.
-func LogDir(root, studyName string) string { return filepath.Join(root, "logs", studyName) }
+// Dir is the folder of a study's logs.
+func Dir(root, studyName string) string { return filepath.Join(root, "logs", studyName) }
 
-// workerLog is one worker's log files. The objective's stdout and stderr
+// Writer is one worker slot's log files. The objective's stdout and stderr
 // are the files themselves (no pipe, no copying), opened for appending and
 // for reading (its last line and stderr's tail are read back).
 //
@@ -45,7 +51,7 @@ func LogDir(root, studyName string) string { return filepath.Join(root, "logs", 
 // Close) and both go in one write: a write to a file on ext4 dirties its
 // inode (the mtime) in the journal, ~16 us of CPU per write (profiled
 // with 8 processes on 2 CPUs; writes per trial 5.2 -> 4.2). Until then
-// FindLog takes the attempt as unended, its output running to the files'
+// Find takes the attempt as unended, its output running to the files'
 // ends: the same bytes, as nothing else writes to them meanwhile.
 //
 // The files' ends are kept in the process rather than asked of the file
@@ -61,9 +67,10 @@ func LogDir(root, studyName string) string { return filepath.Join(root, "logs", 
 // host, pid and worker, and the objective's whole tree has exited
 // (objective.Run waits for it) before its end is read. A process that
 // escaped the tree and writes later lands in the next attempt's range.
-type workerLog struct {
-	out, err, idx *os.File
-	pend          []byte // the last end mark, not yet written
+type Writer struct {
+	Out, Err *os.File // the objective's stdout and stderr: the files themselves
+	idx      *os.File
+	pend     []byte // the last end mark, not yet written
 	// The files' ends, where known (see above); else the next mark
 	// seeks them. running: an attempt has started and its ends have not
 	// been given (ended) since, so the files may have grown.
@@ -71,10 +78,10 @@ type workerLog struct {
 	outEnd, errEnd int64
 }
 
-// openWorkerLog opens (making them if new) worker's files in the study's
+// Open opens (making them if new) worker's files in the study's
 // log folder dir, following no link (a link there is refused: the output
 // must not land outside the root).
-func openWorkerLog(dir *fsstore.Beneath, host string, pid, worker int) (*workerLog, error) {
+func Open(dir *fsstore.Beneath, host string, pid, worker int) (*Writer, error) {
 	base := fmt.Sprintf("%s.%d.%d", host, pid, worker)
 	var files [3]*os.File
 	for i, ext := range []string{".out", ".err", ".idx"} {
@@ -87,19 +94,19 @@ func openWorkerLog(dir *fsstore.Beneath, host string, pid, worker int) (*workerL
 		}
 		files[i] = f
 	}
-	return &workerLog{out: files[0], err: files[1], idx: files[2]}, nil
+	return &Writer{Out: files[0], Err: files[1], idx: files[2]}, nil
 }
 
-// mark notes the start ("start") or end ("end") of attempt a of trial n
+// Mark notes the start ("start") or end ("end") of attempt a of trial n
 // at the files' current ends (as known, else sought): a start is written
-// at once, with the end mark before it; an end waits (workerLog).
-func (l *workerLog) mark(kind string, n, a int) error {
+// at once, with the end mark before it; an end waits (Writer).
+func (l *Writer) Mark(kind string, n, a int) error {
 	if !l.known || l.running {
-		outPos, err := l.out.Seek(0, io.SeekEnd)
+		outPos, err := l.Out.Seek(0, io.SeekEnd)
 		if err != nil {
 			return err
 		}
-		errPos, err := l.err.Seek(0, io.SeekEnd)
+		errPos, err := l.Err.Seek(0, io.SeekEnd)
 		if err != nil {
 			return err
 		}
@@ -113,17 +120,24 @@ func (l *workerLog) mark(kind string, n, a int) error {
 	return l.flush()
 }
 
-// ended takes the files' ends after an attempt's objective has exited,
+// Ended takes the files' ends after an attempt's objective has exited,
 // as objective.Run read them (Result.StdoutEnd, StderrEnd); ok false, or
 // an end not known (-1), leaves them to be sought by the next mark.
-func (l *workerLog) ended(outEnd, errEnd int64, ok bool) {
+func (l *Writer) Ended(outEnd, errEnd int64, ok bool) {
 	l.outEnd, l.errEnd = outEnd, errEnd
 	l.known = ok && outEnd >= 0 && errEnd >= 0
 	l.running = false
 }
 
+// Ends says where the files end, where the Writer knows it (see Writer):
+// the objective is told them (objective.Options.EndsKnown, StdoutEnd,
+// StderrEnd) so that it need not ask the file server.
+func (l *Writer) Ends() (known bool, outEnd, errEnd int64) {
+	return l.known, l.outEnd, l.errEnd
+}
+
 // flush writes the marks not yet written.
-func (l *workerLog) flush() error {
+func (l *Writer) flush() error {
 	if len(l.pend) == 0 {
 		return nil
 	}
@@ -132,12 +146,13 @@ func (l *workerLog) flush() error {
 	return err
 }
 
-func (l *workerLog) Close() error {
-	return errors.Join(l.flush(), l.out.Close(), l.err.Close(), l.idx.Close())
+// Close writes the pending end mark and closes the files.
+func (l *Writer) Close() error {
+	return errors.Join(l.flush(), l.Out.Close(), l.Err.Close(), l.idx.Close())
 }
 
-// AttemptLog says where one attempt's output is kept.
-type AttemptLog struct {
+// Attempt says where one attempt's output is kept.
+type Attempt struct {
 	Out, Err string // the worker's stdout and stderr files
 	// The attempt's bytes in them. Ended false: the attempt has no end
 	// mark (it runs, or its soma-trial died): its output runs to the
@@ -146,15 +161,15 @@ type AttemptLog struct {
 	Ended                              bool
 }
 
-// FindLog looks for attempt a of trial n in the study's log indexes.
-func FindLog(root, studyName string, n, a int) (AttemptLog, bool, error) {
-	dir := LogDir(root, studyName)
+// Find looks for attempt a of trial n in the study's log indexes.
+func Find(root, studyName string, n, a int) (Attempt, bool, error) {
+	dir := Dir(root, studyName)
 	idxs, err := filepath.Glob(filepath.Join(dir, "*.idx"))
 	if err != nil {
-		return AttemptLog{}, false, err
+		return Attempt{}, false, err
 	}
 	want := " " + strconv.Itoa(n) + " " + strconv.Itoa(a) + " "
-	var found AttemptLog
+	var found Attempt
 	ok := false
 	for _, p := range idxs {
 		// O_NOFOLLOW: an index that is a link is not soma's.
@@ -163,7 +178,7 @@ func FindLog(root, studyName string, n, a int) (AttemptLog, bool, error) {
 			continue
 		}
 		if err != nil {
-			return AttemptLog{}, false, err
+			return Attempt{}, false, err
 		}
 		sc := bufio.NewScanner(f)
 		inside := false // between our start and its end in this index
@@ -181,7 +196,7 @@ func FindLog(root, studyName string, n, a int) (AttemptLog, bool, error) {
 			switch {
 			case kind == "start" && mine:
 				base := strings.TrimSuffix(p, ".idx")
-				found = AttemptLog{Out: base + ".out", Err: base + ".err", OutStart: o, ErrStart: e}
+				found = Attempt{Out: base + ".out", Err: base + ".err", OutStart: o, ErrStart: e}
 				ok, inside = true, true
 			case inside && (kind == "end" && mine || kind == "start"):
 				// Its end, or the next attempt's start if the end was lost.
@@ -191,7 +206,7 @@ func FindLog(root, studyName string, n, a int) (AttemptLog, bool, error) {
 		}
 		f.Close()
 		if err := sc.Err(); err != nil {
-			return AttemptLog{}, false, fmt.Errorf("%s: %w", p, err)
+			return Attempt{}, false, fmt.Errorf("%s: %w", p, err)
 		}
 	}
 	return found, ok, nil
