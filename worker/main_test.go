@@ -2,6 +2,7 @@ package worker
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"testing"
 
@@ -11,14 +12,17 @@ import (
 // TestMain sends a child process that a multi-process test started
 // (testutil.Child) to its role, and otherwise runs the tests.
 func TestMain(m *testing.M) {
-	testutil.RunChild(map[string]func() int{
+	roles := map[string]func() int{
+		"affinity":        childRole(affinityChild),
 		"env-get":         childRole(func() error { return envChild("get") }),
 		"env-hang":        childRole(func() error { return envChild("hang") }),
 		"env-hold":        childRole(func() error { return envChild("hold") }),
 		"place":           childRole(placeChild),
 		"place-send":      childRole(placeSendChild),
 		"registry-worker": childRole(registryChild),
-	})
+	}
+	maps.Copy(roles, nvmlRoles())
+	testutil.RunChild(roles)
 	os.Exit(m.Run())
 }
 
