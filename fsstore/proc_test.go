@@ -14,32 +14,25 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/soma-hpc/soma/internal/testutil"
 )
 
-// The multi-process tests re-run this test binary as a child with
-// FSSTORE_CHILD set; TestMain sends such a process to its role.
+// The multi-process tests re-run this test binary as children
+// (testutil.Child); TestMain sends such a process to its role.
 func TestMain(m *testing.M) {
-	switch os.Getenv("FSSTORE_CHILD") {
-	case "":
-		os.Exit(m.Run())
-	case "claim":
-		os.Exit(childClaim())
-	case "write":
-		os.Exit(childWrite())
-	default:
-		fmt.Fprintln(os.Stderr, "unknown FSSTORE_CHILD")
-		os.Exit(2)
-	}
+	testutil.RunChild(map[string]func() int{
+		"claim": childClaim,
+		"write": childWrite,
+	})
+	os.Exit(m.Run())
 }
 
+// child returns a command that runs this test binary as role, its stderr
+// going to the test's.
 func child(t *testing.T, role string, env ...string) *exec.Cmd {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), append([]string{"FSSTORE_CHILD=" + role}, env...)...)
+	cmd := testutil.Child(t, role, env...)
 	cmd.Stderr = os.Stderr
 	return cmd
 }

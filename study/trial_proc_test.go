@@ -16,20 +16,28 @@ import (
 	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/testutil"
 )
 
 // The cross-process tests re-run this test binary as worker processes
-// (TestStudyHelperProcess), so claims race through the filesystem and
-// not through one process's memory.
+// (testutil.Child, role "helper"), so claims race through the filesystem
+// and not through one process's memory.
+func TestMain(m *testing.M) {
+	testutil.RunChild(map[string]func() int{"helper": helperProcess})
+	os.Exit(m.Run())
+}
+
+// helperEnv carries a helper process's arguments:
+// helperEnv="mode root study grace gofile".
 const helperEnv = "SOMA_STUDY_HELPER"
 
-// TestStudyHelperProcess is not a test: it is the worker body of the
-// cross-process tests, run only when helperEnv is set. Its arguments come
-// as helperEnv="mode root study grace gofile".
-func TestStudyHelperProcess(t *testing.T) {
+// helperProcess is the body of a worker process of the cross-process
+// tests; it returns the exit status, 3 on an error.
+func helperProcess() int {
 	args := strings.Fields(os.Getenv(helperEnv))
 	if len(args) != 5 {
-		t.Skip("helper process for the cross-process tests")
+		fmt.Fprintf(os.Stderr, "helper: %s=%q, want 5 fields: mode root study grace gofile\n", helperEnv, os.Getenv(helperEnv))
+		return 3
 	}
 	mode, root, name, goFile := args[0], args[1], args[2], args[4]
 	grace, err := time.ParseDuration(args[3])
@@ -38,9 +46,9 @@ func TestStudyHelperProcess(t *testing.T) {
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
-		os.Exit(3)
+		return 3
 	}
-	os.Exit(0)
+	return 0
 }
 
 func helperMain(mode, root, name string, grace time.Duration, goFile string) error {
@@ -95,8 +103,7 @@ func runHelpers(t *testing.T, n int, mode, root, study string, grace time.Durati
 	var cmds []*exec.Cmd
 	var outs []*bytes.Buffer
 	for range n {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestStudyHelperProcess$", "-test.count=1")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s %s %s", helperEnv, mode, root, study, grace, goFile))
+		cmd := testutil.Child(t, "helper", fmt.Sprintf("%s=%s %s %s %s %s", helperEnv, mode, root, study, grace, goFile))
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {

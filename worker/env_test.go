@@ -575,39 +575,32 @@ func TestNewEnvPoolRefuses(t *testing.T) {
 	}
 }
 
-// envHelper returns a command that runs TestEnvPoolHelperProcess in mode
-// over the pool folder dir with spec.
+// envHelper returns a command that runs an env-pool child process (the
+// role "env-"+mode, see envChild) over the pool folder dir with spec.
 func envHelper(t *testing.T, mode, dir string, spec EnvSpec, env ...string) *exec.Cmd {
 	t.Helper()
 	b, err := json.Marshal(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestEnvPoolHelperProcess$", "-test.count=1", "-test.v=false")
-	cmd.Env = append(os.Environ(), "SOMA_ENV_HELPER="+mode, "SOMA_ENV_DIR="+dir, "SOMA_ENV_SPEC="+string(b))
-	cmd.Env = append(cmd.Env, env...)
-	return cmd
+	return testutil.Child(t, "env-"+mode, append([]string{"SOMA_ENV_DIR=" + dir, "SOMA_ENV_SPEC=" + string(b)}, env...)...)
 }
 
-// TestEnvPoolHelperProcess is one of the OS processes the env tests
-// start; it does nothing unless SOMA_ENV_HELPER is set. Modes:
+// envChild is one of the OS processes the env tests start (roles
+// env-get, env-hang and env-hold: see TestMain). Modes:
 //
 //	get   wait for $SOMA_ENV_START to exist, Get, append a line to
 //	      $SOMA_ENV_COUNT per pip run, print "ENV <dir>", release
 //	hang  Get; once pip runs, write "<dir> <pid>\n" to $SOMA_ENV_STARTED and block
 //	hold  Get, print "HELD <dir>", hold it until stdin closes
-func TestEnvPoolHelperProcess(t *testing.T) {
-	mode := os.Getenv("SOMA_ENV_HELPER")
-	if mode == "" {
-		t.Skip("a helper process for the env tests")
-	}
+func envChild(mode string) error {
 	var spec EnvSpec
 	if err := json.Unmarshal([]byte(os.Getenv("SOMA_ENV_SPEC")), &spec); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	p, err := NewEnvPool(EnvOptions{Dir: os.Getenv("SOMA_ENV_DIR"), Python: testutil.Python()})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	p.poll = 5 * time.Millisecond
 	switch mode {
@@ -640,7 +633,7 @@ func TestEnvPoolHelperProcess(t *testing.T) {
 	}
 	env, err := p.Get(context.Background(), spec)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer env.Release()
 	switch mode {
@@ -650,6 +643,7 @@ func TestEnvPoolHelperProcess(t *testing.T) {
 		fmt.Printf("HELD %s\n", env.Dir)
 		io.Copy(io.Discard, os.Stdin)
 	}
+	return nil
 }
 
 // field returns the value after "name " on a line of out.

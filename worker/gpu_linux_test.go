@@ -136,18 +136,36 @@ func TestDetectResourcesStub(t *testing.T) {
 	}
 }
 
+// nvmlRoles are the children of the NVML tests that need a process of
+// their own (see TestMain; gpu_other_test.go has none).
+func nvmlRoles() map[string]func() int {
+	return map[string]func() int{
+		// DetectResources with $SOMA_NVML_LIB; prints "RESULT <error>".
+		"nvml-hang": func() int {
+			_, err := DetectResources(ResourceOptions{NVMLPath: os.Getenv("SOMA_NVML_LIB"), LookupEnv: envMap(nil), NVMLTimeout: 50 * time.Millisecond})
+			fmt.Printf("RESULT %v\n", err)
+			return 0
+		},
+		// DetectResources with go-nvml's default loading; prints
+		// "RESULT <Resources as JSON>".
+		"nvml-default": childRole(func() error {
+			r, err := DetectResources(ResourceOptions{})
+			if err != nil {
+				return err
+			}
+			b, _ := json.Marshal(r)
+			_, err = os.Stdout.Write(append(append([]byte("RESULT "), b...), '\n'))
+			return err
+		}),
+	}
+}
+
 // An NVML that never answers makes DetectResources fail, not hang. The
 // stuck call stays blocked in C for good, so it runs in a process of its
 // own.
 func TestDetectResourcesNVMLHangs(t *testing.T) {
-	if os.Getenv("SOMA_NVML_HELPER") == "hang" {
-		_, err := DetectResources(ResourceOptions{NVMLPath: os.Getenv("SOMA_NVML_LIB"), LookupEnv: envMap(nil), NVMLTimeout: 50 * time.Millisecond})
-		fmt.Printf("RESULT %v\n", err)
-		return
-	}
 	lib := buildNVMLStub(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestDetectResourcesNVMLHangs$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "SOMA_NVML_HELPER=hang", "SOMA_NVML_LIB="+lib, "SOMA_NVML_STUB_INIT_HANG=1")
+	cmd := testutil.Child(t, "nvml-hang", "SOMA_NVML_LIB="+lib, "SOMA_NVML_STUB_INIT_HANG=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("helper: %v\n%s", err, out)
@@ -194,18 +212,8 @@ func TestDetectResourcesNoNVML(t *testing.T) {
 // LD_LIBRARY_PATH, which the dynamic loader reads at process start; so
 // run the test binary again with it set.
 func TestDetectResourcesDefaultLoader(t *testing.T) {
-	if os.Getenv("SOMA_NVML_HELPER") == "1" {
-		r, err := DetectResources(ResourceOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := json.Marshal(r)
-		os.Stdout.Write(append(append([]byte("RESULT "), b...), '\n'))
-		return
-	}
 	lib := buildNVMLStub(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestDetectResourcesDefaultLoader$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "SOMA_NVML_HELPER=1", "LD_LIBRARY_PATH="+filepath.Dir(lib), "SOMA_NVML_STUB_COUNT=2")
+	cmd := testutil.Child(t, "nvml-default", "LD_LIBRARY_PATH="+filepath.Dir(lib), "SOMA_NVML_STUB_COUNT=2")
 	cmd.Env = slices.DeleteFunc(cmd.Env, func(s string) bool { return strings.HasPrefix(s, "CUDA_VISIBLE_DEVICES=") })
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/testutil"
 )
 
 // TestPlacePicksMatching: two workers with different tags and GPUs; each
@@ -333,19 +334,6 @@ func TestConcurrentReclaim(t *testing.T) {
 	}
 }
 
-// The multi-process test re-runs this test binary: TestPlaceChild is the
-// child's role when SOMA_PLACE_CHILD is set (a test function, not
-// TestMain, so the package keeps one TestMain for whoever needs it).
-func TestPlaceChild(t *testing.T) {
-	if os.Getenv("SOMA_PLACE_CHILD") == "" {
-		t.Skip("the child of TestPlaceProcesses")
-	}
-	if err := placeChild(); err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		os.Exit(1)
-	}
-}
-
 // monotonic reads CLOCK_MONOTONIC, which every process on one host
 // shares (clock_gettime(2)), so the children's intervals can be compared.
 func monotonic() int64 {
@@ -356,7 +344,7 @@ func monotonic() int64 {
 	return ts.Nano()
 }
 
-// placeChild places N plans one after another, holds each for a short
+// placeChild, the role "place" of TestPlaceProcesses's children, places N plans one after another, holds each for a short
 // random time, and writes "lease begin end" for each into its own file.
 func placeChild() error {
 	ctx := context.Background()
@@ -400,15 +388,10 @@ func TestPlaceProcesses(t *testing.T) {
 	for _, id := range []string{"w1", "w2", "w3"} {
 		announce(t, s, testRecord(id, slots, 0, 0), time.Hour)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	var cmds []*exec.Cmd
 	for i := range procs {
-		c := exec.Command(exe, "-test.run=^TestPlaceChild$", "-test.count=1")
-		c.Env = append(os.Environ(), "SOMA_PLACE_CHILD=1", "ROOT="+s.Root(), "N="+strconv.Itoa(perProc), fmt.Sprintf("OUT=%s/%d", dir, i))
+		c := testutil.Child(t, "place", "ROOT="+s.Root(), "N="+strconv.Itoa(perProc), fmt.Sprintf("OUT=%s/%d", dir, i))
 		c.Stderr = os.Stderr
 		if err := c.Start(); err != nil {
 			t.Fatal(err)

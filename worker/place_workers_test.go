@@ -11,20 +11,11 @@ import (
 	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/testutil"
 )
 
-// TestPlaceSendChild is a child of TestPlacedPlansNeverOverbook.
-func TestPlaceSendChild(t *testing.T) {
-	if os.Getenv("SOMA_PLACE_SEND_CHILD") == "" {
-		t.Skip("the child of TestPlacedPlansNeverOverbook")
-	}
-	if err := placeSendChild(); err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		os.Exit(1)
-	}
-}
-
-// placeSendChild places N no-op plans one after another, sends each to
+// placeSendChild, the role "place-send" of the children of
+// TestPlacedPlansNeverOverbook, places N no-op plans one after another, sends each to
 // the worker it was placed on and releases the lease when it is done.
 func placeSendChild() error {
 	ctx := context.Background()
@@ -86,14 +77,9 @@ func TestPlacedPlansNeverOverbook(t *testing.T) {
 		announce(t, s, r, time.Hour)
 		ws = append(ws, tw)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var cmds []*exec.Cmd
 	for i := range procs {
-		c := exec.Command(exe, "-test.run=^TestPlaceSendChild$", "-test.count=1")
-		c.Env = append(os.Environ(), "SOMA_PLACE_SEND_CHILD=1", "ROOT="+s.Root(), "N="+strconv.Itoa(perProc), "ME=c"+strconv.Itoa(i))
+		c := testutil.Child(t, "place-send", "ROOT="+s.Root(), "N="+strconv.Itoa(perProc), "ME=c"+strconv.Itoa(i))
 		c.Stderr = os.Stderr
 		if err := c.Start(); err != nil {
 			t.Fatal(err)

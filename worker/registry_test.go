@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/testutil"
 )
 
 func newRegStore(t testing.TB) *fsstore.Store {
@@ -298,24 +298,22 @@ func TestListWorkersProblems(t *testing.T) {
 	}
 }
 
-// TestWorkerChild is the worker process of TestKilledWorkerLeavesPlacement
-// when SOMA_REGISTRY_CHILD is set: it announces itself, says "ready" and
+// registryChild is the worker process of TestKilledWorkerLeavesPlacement
+// (the role "registry-worker"): it announces itself, says "ready" and
 // heartbeats until it is killed.
-func TestWorkerChild(t *testing.T) {
-	if os.Getenv("SOMA_REGISTRY_CHILD") == "" {
-		t.Skip("the child of TestKilledWorkerLeavesPlacement")
-	}
+func registryChild() error {
 	s, err := fsstore.Open(os.Getenv("ROOT"), fsstore.Options{})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	timeout, _ := time.ParseDuration(os.Getenv("TIMEOUT"))
 	g, err := Announce(context.Background(), s, testRecord("child", 2, 0, 0, "child"), RegistryOptions{Timeout: timeout})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	os.Stdout.WriteString("ready\n")
 	_ = g.Run(context.Background()) // until SIGKILL
+	return nil
 }
 
 // TestKilledWorkerLeavesPlacement: a worker process heartbeating through
@@ -326,12 +324,7 @@ func TestKilledWorkerLeavesPlacement(t *testing.T) {
 	ctx := context.Background()
 	s := newRegStore(t)
 	const timeout = 1200 * time.Millisecond
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := exec.Command(exe, "-test.run=^TestWorkerChild$", "-test.count=1")
-	c.Env = append(os.Environ(), "SOMA_REGISTRY_CHILD=1", "ROOT="+s.Root(), "TIMEOUT="+timeout.String())
+	c := testutil.Child(t, "registry-worker", "ROOT="+s.Root(), "TIMEOUT="+timeout.String())
 	c.Stderr = os.Stderr
 	out, err := c.StdoutPipe()
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/soma-hpc/soma/internal/testutil"
 )
 
 func envMap(m map[string]string) func(string) (string, bool) {
@@ -129,24 +131,28 @@ func TestDetectResourcesLimits(t *testing.T) {
 	}
 }
 
+// affinityChild is the child of TestDetectResourcesAffinity (the role
+// "affinity"): it prints "CPUS <n>" as DetectResources counts them.
+func affinityChild() error {
+	r, err := DetectResources(ResourceOptions{Limits: Limits{MaxGPUs: -1}})
+	if err != nil {
+		return err
+	}
+	os.Stdout.WriteString("CPUS " + strconv.Itoa(r.CPUs) + "\n")
+	return nil
+}
+
 // CPUs follow the affinity mask (what Slurm's cgroups and --cpu-bind
 // give a job), not the machine's count: run the test binary again pinned
 // to one CPU by taskset.
 func TestDetectResourcesAffinity(t *testing.T) {
-	if os.Getenv("SOMA_AFFINITY_HELPER") == "1" {
-		r, err := DetectResources(ResourceOptions{Limits: Limits{MaxGPUs: -1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		os.Stdout.WriteString("CPUS " + strconv.Itoa(r.CPUs) + "\n")
-		return
-	}
 	taskset, err := exec.LookPath("taskset")
 	if err != nil || runtime.NumCPU() < 2 {
 		t.Skip("needs taskset (util-linux) and 2 CPUs")
 	}
-	cmd := exec.Command(taskset, "-c", "0", os.Args[0], "-test.run=^TestDetectResourcesAffinity$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "SOMA_AFFINITY_HELPER=1")
+	cmd := testutil.Child(t, "affinity")
+	// taskset -c 0 <the child's command line>
+	cmd.Path, cmd.Args = taskset, append([]string{taskset, "-c", "0"}, cmd.Args...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("helper: %v\n%s", err, out)

@@ -16,12 +16,15 @@ import (
 )
 
 // TestMain lets a test re-run this binary as a worker process (see
-// runWorkers): with ZARR_TEST_WORKER set, the binary runs that worker and
+// runWorkers): testutil.Child starts it, and RunChild runs its role and
 // exits instead of running tests.
 func TestMain(m *testing.M) {
-	if name := os.Getenv("ZARR_TEST_WORKER"); name != "" {
-		os.Exit(runWorker(name))
-	}
+	testutil.RunChild(map[string]func() int{
+		"cache":       workerRole(cacheWorker),
+		"reader":      workerRole(readerWorker),
+		"cachebound":  workerRole(cacheBoundWorker),
+		"cachewriter": workerRole(cacheWriterWorker),
+	})
 	os.Exit(m.Run())
 }
 

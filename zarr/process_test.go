@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/testutil"
 )
 
 // runWorkers starts n copies of this test binary as worker processes
@@ -28,8 +28,7 @@ func runWorkers(t *testing.T, name string, n int, env ...string) {
 	errs := make([]error, n)
 	outs := make([]bytes.Buffer, n)
 	for i := range n {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), append([]string{"ZARR_TEST_WORKER=" + name, "ZARR_TEST_ID=" + strconv.Itoa(i)}, env...)...)
+		cmd := testutil.Child(t, name, append([]string{"ZARR_TEST_ID=" + strconv.Itoa(i)}, env...)...)
 		cmd.Stdout = &outs[i]
 		cmd.Stderr = &outs[i]
 		if err := cmd.Start(); err != nil {
@@ -50,26 +49,16 @@ func runWorkers(t *testing.T, name string, n int, env ...string) {
 	}
 }
 
-// runWorker is the body of a worker process; it returns the exit code.
-func runWorker(name string) int {
-	var err error
-	switch name {
-	case "cache":
-		err = cacheWorker()
-	case "reader":
-		err = readerWorker()
-	case "cachebound":
-		err = cacheBoundWorker()
-	case "cachewriter":
-		err = cacheWriterWorker()
-	default:
-		err = fmt.Errorf("unknown worker %q", name)
+// workerRole makes body the role of a worker process: an error goes to
+// stderr and exits 1.
+func workerRole(body func() error) func() int {
+	return func() int {
+		if err := body(); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			return 1
+		}
+		return 0
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		return 1
-	}
-	return 0
 }
 
 // cacheContent is the deterministic payload of key number i, so any
@@ -301,8 +290,7 @@ func TestCacheRemovesTempOfKilledWriter(t *testing.T) {
 		if attempt == 20 {
 			t.Fatal("in 20 tries, no temp file named with the writer's pid was seen, or none outlived it")
 		}
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "ZARR_TEST_WORKER=cachewriter", "ZARR_TEST_CACHE="+dir)
+		cmd := testutil.Child(t, "cachewriter", "ZARR_TEST_CACHE="+dir)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

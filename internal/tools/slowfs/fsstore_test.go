@@ -10,10 +10,12 @@ import (
 	"testing"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/testutil"
 )
 
-// helper runs the body of a helper process of this test binary
-// (SLOWFS_HELPER set: see TestMain) and returns its exit code.
+// helper runs the body of a helper process of this test binary (the
+// roles init, bind and read of testutil.Child: see TestMain) and returns
+// its exit code.
 func helper(mode string) int {
 	ctx := context.Background()
 	root, stop := os.Getenv("ROOT"), os.Getenv("STOP")
@@ -77,8 +79,7 @@ func TestReadWhileRebound(t *testing.T) {
 	root := filepath.Join(m.Dir(), "root")
 	stop := filepath.Join(t.TempDir(), "stop")
 	start := func(mode string) (*exec.Cmd, *strings.Builder) {
-		c := exec.Command(os.Args[0], "-test.run=^$")
-		c.Env = append(os.Environ(), "SLOWFS_HELPER="+mode, "ROOT="+root, "STOP="+stop)
+		c := testutil.Child(t, mode, "ROOT="+root, "STOP="+stop)
 		out := new(strings.Builder)
 		c.Stdout, c.Stderr = out, out
 		if err := c.Start(); err != nil {

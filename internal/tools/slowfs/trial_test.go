@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/soma-hpc/soma/internal/testutil"
 	"github.com/soma-hpc/soma/internal/tools/slowfs"
 )
 
@@ -76,9 +77,11 @@ func binaries(t *testing.T) (trial, soma string) {
 }
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv("SLOWFS_HELPER"); mode != "" {
-		os.Exit(helper(mode))
-	}
+	testutil.RunChild(map[string]func() int{
+		"init": func() int { return helper("init") },
+		"bind": func() int { return helper("bind") },
+		"read": func() int { return helper("read") },
+	})
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)
