@@ -360,6 +360,14 @@ func (r *Run) finish(ctx context.Context, state State, score float64, scores []f
 	}
 	r.finished = true
 	r.s.beats.forget(r.number)
+	// The look for a retry comes after the write, and nothing this
+	// process knew before the write can stand in for it (issue 18 asked;
+	// two file-server operations): a retrier claims attempt+1 and then
+	// reads this attempt (adopt), so either it sees this result, or this
+	// look sees it. A heartbeat's look, or the time since the last one,
+	// is no proof: another process judges staleness by its own grace
+	// (Options.Grace), on GPFS from mtimes that lag, and retries a
+	// record it finds broken whatever its age.
 	next, found, err := r.isSuperseded(ctx)
 	if err != nil {
 		return err

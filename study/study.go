@@ -182,6 +182,7 @@ type Study struct {
 	// learned to exist); see trialIndex.
 	idx       trialIndex
 	emptyBlob fsstore.Digest
+	reuse     blobReuse // when emptyBlob was last stored (blobForEmpty)
 	curves    map[fsstore.Digest]curveBlob
 	packs     packCache
 	contended bool // this process lost a race for a new trial number
@@ -387,6 +388,7 @@ func newStudy(store Store, name string, spec *Spec, opts Options) (*Study, error
 		grace:   grace,
 		clock:   newServerClock(grace),
 		idx:     newTrialIndex(),
+		reuse:   blobReuse{every: BlobReuse, now: time.Now},
 		curves:  make(map[fsstore.Digest]curveBlob),
 		packs:   packCache{loaded: make(map[string]packInfo), covered: make(map[int]bool), foreign: make(map[string][]error)},
 	}

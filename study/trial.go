@@ -332,17 +332,67 @@ func (s *Study) Take(ctx context.Context, n int, who Who) (*Run, error) {
 	return run, err
 }
 
+// BlobReuse is how long a Study binds names to the empty curve's blob
+// after it last stored it, before storing it again (blobForEmpty), and
+// MinGCAge the least grace (soma gc --older-than) under which a GC is
+// safe while trials run: a sixth of it, so a writer binds well within
+// the grace of its Put whatever the file server's delays (fsstore's GC).
+const (
+	BlobReuse = 10 * time.Second
+	MinGCAge  = 6 * BlobReuse
+)
+
+// blobReuse says when this Study last stored the empty curve's blob.
+type blobReuse struct {
+	every time.Duration    // BlobReuse; a test seam
+	now   func() time.Time // time.Now; a test seam
+	at    time.Time        // now() before the last Put that succeeded; zero: none
+}
+
+// fresh reports whether at t less than every has passed since the last
+// Put began. Elapsed time only, on this machine's clocks, never compared
+// with another machine's: by both the monotonic clock (which NTP does not
+// step) and the wall clock (which, unlike Go's monotonic clock on Linux,
+// CLOCK_MONOTONIC, counts the time a suspended machine slept: golang/go
+// issue 24595), so a clock stepped back, or a laptop that slept, makes
+// the blob stored again rather than reused.
+func (b *blobReuse) fresh(t time.Time) bool {
+	if b.at.IsZero() {
+		return false
+	}
+	mono, wall := t.Sub(b.at), t.Round(0).Sub(b.at.Round(0))
+	return mono >= 0 && mono < b.every && wall >= 0 && wall < b.every
+}
+
 // blobForEmpty returns the digest of the curve blob of an attempt that has
 // reported nothing, storing it if need be. It is the same bytes for every
-// attempt, but it is Put on every use, not once per Study: a Put of bytes
-// already stored refreshes the blob's time, which is what keeps soma gc
-// from removing it before the record that refers to it is bound
-// (fsstore's GC). Bug (issue 13, item 6): the digest was kept for the
-// life of the process, and a gc meanwhile could remove the blob and leave
-// records pointing at nothing. One exception (Run.write): an attempt
-// whose record has referred to the blob since its claim binds it again
-// without a Put.
+// attempt. A Put of bytes already stored refreshes the blob's time, which
+// is what keeps soma gc from removing it before a record that refers to
+// it is bound (fsstore's GC). Bug (issue 13, item 6): the digest was kept
+// for the life of the process, and a gc meanwhile could remove the blob
+// and leave records pointing at nothing. So the blob is Put again once
+// BlobReuse has passed since the last Put began, and not on every use
+// (issue 18: four file-server operations per trial, a lookup, a stat, a
+// utimensat and its lookup). Why that is safe: fsstore's GC removes a
+// blob bound by a name only if the writer's Bind came more than its
+// grace G after the writer's Put (rule W there). Here the blob's time is
+// at least the server's time when the last Put began (the Put refreshed
+// it or stored it afresh after that moment), the Bind comes at most
+// BlobReuse after that moment plus the claim's own round trips, and soma
+// gc refuses a G below MinGCAge = 6 x BlobReuse: W holds with five
+// sixths of G to spare for slow round trips, against all of G before. A
+// process measures BlobReuse on its own clocks (blobReuse.fresh), which
+// runs at the server's rate to within parts per million. One exception
+// (Run.write): an attempt whose record has referred to the blob since
+// its claim binds it again without a Put.
 func (s *Study) blobForEmpty(ctx context.Context) (fsstore.Digest, error) {
+	s.mu.Lock()
+	start := s.reuse.now()
+	if d := s.emptyBlob; !d.IsZero() && s.reuse.fresh(start) {
+		s.mu.Unlock()
+		return d, nil
+	}
+	s.mu.Unlock()
 	b, _ := encodeCurve(nil, "")
 	d, err := s.store.Put(ctx, b)
 	if err != nil {
@@ -352,6 +402,9 @@ func (s *Study) blobForEmpty(ctx context.Context) (fsstore.Digest, error) {
 	if s.emptyBlob != d {
 		s.emptyBlob = d // its decoded curve is kept (query.go)
 		s.curves[d] = curveBlob{Version: RecordVersion, Curve: []Step{}}
+	}
+	if s.reuse.at.IsZero() || start.After(s.reuse.at) {
+		s.reuse.at = start
 	}
 	s.mu.Unlock()
 	return d, nil

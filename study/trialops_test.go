@@ -3,6 +3,8 @@ package study
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,7 +18,8 @@ import (
 // that adds one fails here. Issue 13, item 9. Measured before the cuts:
 // per trial 2 Puts (the empty curve's blob refreshed at the claim and
 // again at the result) and 1 stat (a probe of the number before claiming
-// it).
+// it); before issue 18's, 1 Put (the blob refreshed at every claim, now
+// once per BlobReuse: TestEmptyBlobRefreshedAfterReuse).
 func TestTrialStoreOps(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -43,7 +46,7 @@ func TestTrialStoreOps(t *testing.T) {
 		got  int64
 		want int64 // per trial
 	}{
-		{"Puts (the empty curve's blob, at the claim)", c.Puts.Load(), 1},
+		{"Puts (the empty curve's blob: stored at the first claim, reused)", c.Puts.Load(), 0},
 		{"Claims", c.Claims.Load(), 1},
 		{"Binds (the result, sealed)", c.Binds.Load(), 1},
 		{"Resolves (attempt 1 after the result: superseded?)", c.Resolves.Load(), 1},
@@ -99,7 +102,9 @@ func TestEmptyCurveKeptByClaimAcrossGC(t *testing.T) {
 
 // A failed write may have bound another blob (Report's curve) before its
 // error: the next write of an empty curve must Put the empty blob again,
-// not trust that the record still refers to it (Run.held).
+// not trust that the record still refers to it (Run.held). It goes
+// through blobForEmpty, which stores the blob again once BlobReuse has
+// passed since its last Put: here it has (the Study's clock is moved on).
 func TestFailedWriteForgetsHeldBlob(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -112,6 +117,9 @@ func TestFailedWriteForgetsHeldBlob(t *testing.T) {
 	run.mu.Lock()
 	run.held = false // as a failed write leaves it
 	run.mu.Unlock()
+	s.mu.Lock()
+	s.reuse.now = func() time.Time { return time.Now().Add(BlobReuse) }
+	s.mu.Unlock()
 	c.Reset()
 	if err := run.Finish(ctx, StateDone, 1, ""); err != nil {
 		t.Fatal(err)
@@ -196,5 +204,58 @@ func TestEndOfBudgetReadsEachTrialOnce(t *testing.T) {
 	}
 	if got := c.Resolves.Load(); got != 0 {
 		t.Errorf("Next again: %d reads, want none (ended records are kept)", got)
+	}
+}
+
+// The empty curve's blob is stored again (its age refreshed, which keeps
+// soma gc from removing it) only once BlobReuse has passed since the last
+// Put began, by this process's clocks, and a clock that went back counts
+// as time passed (issue 18: the Put on every claim cost four file-server
+// operations per trial). The blob is made two hours old after the first
+// Put, so its time says whether the next use stored it again.
+func TestEmptyBlobRefreshedAfterReuse(t *testing.T) {
+	t.Parallel()
+	base := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		later   time.Duration // the clock at the second use, after the first
+		refresh bool
+	}{
+		{"just after", time.Nanosecond, false},
+		{"within the reuse", BlobReuse - time.Nanosecond, false},
+		{"at the reuse's end", BlobReuse, true},
+		{"long after", time.Hour, true},
+		{"clock went back", -time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			st := recStore(t)
+			s := recOpen(t, st, "s", recSpec(t, recContinuous, "minimize", "random", "none", 2), 0)
+			now := base
+			s.reuse.now = func() time.Time { return now }
+			d, err := s.blobForEmpty(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := d.Hex()
+			path := filepath.Join(st.Root(), "blobs", "sha256", h[:2], h[2:])
+			old := time.Now().Add(-2 * time.Hour)
+			if err := os.Chtimes(path, old, old); err != nil {
+				t.Fatal(err)
+			}
+			now = base.Add(tc.later)
+			got, err := s.blobForEmpty(ctx)
+			if err != nil || got != d {
+				t.Fatalf("second use: %v, %v; want %v", got, err, d)
+			}
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if refreshed := fi.ModTime().After(old.Add(time.Hour)); refreshed != tc.refresh {
+				t.Errorf("blob time %v after a use %v after the last Put: refreshed %v, want %v", fi.ModTime(), tc.later, refreshed, tc.refresh)
+			}
+		})
 	}
 }

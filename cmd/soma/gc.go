@@ -9,6 +9,7 @@ import (
 
 	"github.com/soma-hpc/soma/internal/admin"
 	"github.com/soma-hpc/soma/internal/status"
+	"github.com/soma-hpc/soma/study"
 )
 
 const gcDescription = `Tidies a store, safely while trials run:
@@ -25,8 +26,9 @@ const gcDescription = `Tidies a store, safely while trials run:
      are already stored makes their blob young again); and while any
      record in the store is corrupt or is a symbolic link, no blob is
      removed at all (it says which). --older-than must exceed the time
-     a writer takes from storing a blob to recording it (milliseconds),
-     and on NFS a minute or more (listings lag): keep the default.
+     a writer takes from storing a blob to recording it (soma-trial
+     reuses a blob it stored for 10 s), so it is at least a minute, and
+     on NFS more (listings lag): keep the default.
 
 EXAMPLES:
    soma gc ROOT --dry-run         what would go (packs nothing, removes nothing)
@@ -50,8 +52,8 @@ func newGCCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if c.Duration("older-than") <= 0 {
-				return usagef("--older-than %s: want a positive duration such as 1h", c.Duration("older-than"))
+			if c.Duration("older-than") < study.MinGCAge {
+				return usagef("--older-than %s: want %s or more, such as 1h (a trial runner binds a blob up to %s after storing it)", c.Duration("older-than"), study.MinGCAge, study.BlobReuse)
 			}
 			s, err := status.Open(root)
 			if err != nil {

@@ -20,8 +20,8 @@ import (
 // loop while three soma-trial processes run a study whose objective
 // reports nothing (every record points at the empty curve's blob, which
 // starts out unreferenced and two hours old); afterwards every bound
-// name's blob exists. The grace is 10 s (the blob is made old instead of
-// waiting for it). The race itself is narrow here (between a process's
+// name's blob exists. The grace is a minute, the least soma gc takes (the
+// blob is made old instead of waiting for it). The race itself is narrow here (between a process's
 // first Put of the blob and the claim that binds it); the deterministic
 // regression test is fsstore's TestGCKeepsABlobBeingBound, which fails
 // without the fix. This one checks the whole: binaries, real processes,
@@ -63,7 +63,7 @@ func TestGCWhileTrialsRun(t *testing.T) {
 	gcs := 0
 	wg.Go(func() {
 		for !done.Load() {
-			if code, out, errOut := soma("gc", root, "--older-than", "10s", "--no-pack"); code != exitOK {
+			if code, out, errOut := soma("gc", root, "--older-than", "1m", "--no-pack"); code != exitOK {
 				t.Errorf("soma gc: %d\n%s%s", code, out, errOut)
 				return
 			}

@@ -92,6 +92,7 @@ func TestUsageErrors(t *testing.T) {
 		{"init bad spec", []string{"init", root, "--study", "x", "--spec", spec}, "sideways"},
 		{"init bad name", []string{"init", root, "--study", "../x", "--spec", spec}, "study name"},
 		{"gc bad age", []string{"gc", root, "--older-than", "0s"}, "--older-than"},
+		{"gc age below the least safe", []string{"gc", root, "--older-than", "30s"}, "1m0s or more"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -57,7 +57,8 @@ type GCOptions struct {
 	DryRun bool
 	// OlderThan: temp files and unreferenced blobs younger than this, in
 	// file-server time, are kept (a writer puts a blob before it binds a
-	// name to it). Zero means one hour.
+	// name to it, up to study.BlobReuse before). Zero means one hour;
+	// below study.MinGCAge is refused.
 	OlderThan time.Duration
 	// KeepBlobs skips blob collection: only temp files are removed.
 	KeepBlobs bool
@@ -102,6 +103,9 @@ func leafKind(kind string) bool {
 // Safe to run while trials run.
 func GC(ctx context.Context, s *fsstore.Store, o GCOptions) (GCResult, error) {
 	res := GCResult{Packed: map[string]study.PackReport{}}
+	if o.OlderThan != 0 && o.OlderThan < study.MinGCAge {
+		return res, fmt.Errorf("gc: keeping only what is younger than %s is unsafe while trials run: a trial runner binds a blob up to %s after storing it (give %s or more; the default, an hour, suits NFS, whose listings lag)", o.OlderThan, study.BlobReuse, study.MinGCAge)
+	}
 	if !o.NoPack && !o.DryRun {
 		names, err := study.List(ctx, s)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
 	"github.com/soma-hpc/soma/internal/status"
@@ -136,5 +137,30 @@ func TestInitRefusesAnotherSpec(t *testing.T) {
 	}
 	if _, err := Init(ctx, root, "s", parse("6")); !errors.Is(err, study.ErrSpecMismatch) {
 		t.Errorf("Init with another budget = %v, want ErrSpecMismatch", err)
+	}
+}
+
+// GC refuses a grace under study.MinGCAge, before changing anything: a
+// trial runner binds the empty curve's blob up to study.BlobReuse after
+// storing it (issue 18), so a shorter grace could remove a blob a record
+// is about to refer to.
+func TestGCRefusesAGraceTooShort(t *testing.T) {
+	ctx := context.Background()
+	fs, err := fsstore.Open(filepath.Join(t.TempDir(), "root"), fsstore.Options{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		age time.Duration
+		ok  bool
+	}{
+		{study.MinGCAge - time.Nanosecond, false},
+		{study.MinGCAge, true},
+		{0, true}, // the default, an hour
+	} {
+		_, err := GC(ctx, fs, GCOptions{OlderThan: tc.age, NoPack: true})
+		if got := err == nil; got != tc.ok || (err != nil && !strings.Contains(err.Error(), study.MinGCAge.String()+" or more")) {
+			t.Errorf("GC with OlderThan %v: %v; want ok %v, or an error naming %v", tc.age, err, tc.ok, study.MinGCAge)
+		}
 	}
 }

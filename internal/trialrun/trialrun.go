@@ -1006,7 +1006,10 @@ func (l *loop) makeWorkDir(dir string) error {
 // It replaces reusing such a folder for the worker's next trial (an
 // open, two reads of the folder to see it empty, and a rename: four
 // file-server operations per trial, against this rmdir and the next
-// trial's mkdir; issue 13, item 9).
+// trial's mkdir; issue 13, item 9). A rename of the emptied folder to
+// the next trial's name would save one, but only this rmdir tells that
+// a folder is empty without a listing, and atomically: a file the
+// objective left behind must never reach another trial (issue 18 asked).
 func (l *loop) removeIfEmpty(dir string) {
 	for {
 		err := unix.Unlinkat(l.workDir.Fd(), filepath.Base(dir), unix.AT_REMOVEDIR)
