@@ -23,30 +23,9 @@ func WriteFileAtomic(path string, r io.Reader) error {
 	if dir == "" {
 		dir = "."
 	}
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := filepath.Join(dir, "."+base+".tmp-"+hex.EncodeToString(rnd[:]))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	tmp, err := writeTempBeside(dir, base, path, r)
 	if err != nil {
-		return fmt.Errorf("fsstore: write %s: %w", path, err)
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err := io.Copy(f, r); err != nil {
-		return fmt.Errorf("fsstore: write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("fsstore: fsync %s: %w", path, err)
-	}
-	ok = true
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("fsstore: close %s: %w", path, err)
+		return err
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
@@ -69,25 +48,11 @@ func CreateExclusive(path string, r io.Reader) error {
 	if dir == "" {
 		dir = "."
 	}
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := filepath.Join(dir, "."+base+".tmp-"+hex.EncodeToString(rnd[:]))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	tmp, err := writeTempBeside(dir, base, path, r)
 	if err != nil {
-		return fmt.Errorf("fsstore: create %s: %w", path, err)
+		return err
 	}
 	defer os.Remove(tmp)
-	if _, err := io.Copy(f, r); err != nil {
-		f.Close()
-		return fmt.Errorf("fsstore: create %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("fsstore: fsync %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("fsstore: close %s: %w", path, err)
-	}
 	made := true
 	if err := os.Link(tmp, path); err != nil {
 		var nlink uint64
@@ -120,4 +85,31 @@ func settleLink(err error, nlink uint64) (made bool, _ error) {
 		return false, nil
 	}
 	return false, err
+}
+
+// writeTempBeside writes everything from r to a new unique temp file in
+// dir ("."+base+".tmp-<random>"), fsyncs and closes it (both checked),
+// and returns its path; on an error nothing is left. path names the
+// file it stands for, in errors.
+func writeTempBeside(dir, base, path string, r io.Reader) (string, error) {
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := filepath.Join(dir, "."+base+".tmp-"+hex.EncodeToString(rnd[:]))
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	if err != nil {
+		return "", fmt.Errorf("fsstore: write %s: %w", path, err)
+	}
+	if _, err = io.Copy(f, r); err != nil {
+		err = fmt.Errorf("fsstore: write %s: %w", path, err)
+	} else if err = f.Sync(); err != nil {
+		err = fmt.Errorf("fsstore: fsync %s: %w", path, err)
+	}
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("fsstore: close %s: %w", path, cerr)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return tmp, nil
 }

@@ -1,20 +1,16 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/soma-hpc/soma/internal/testutil"
 	"github.com/soma-hpc/soma/worker"
 )
 
@@ -34,46 +30,10 @@ func alive(pid int) bool {
 // minute after its worker was gone, holding the node's CPUs or GPU, found
 // running examples/digits-cut. The daemons now get Pdeathsig.)
 func TestDaemonsDieWithTheWorker(t *testing.T) {
-	testutil.NeedPython(t, "json")
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "soma-worker")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	tokFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokFile, []byte("s3cret-0123456789\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--root", filepath.Join(dir, "root"), "--python", testutil.Python(),
-		"--listen", "127.0.0.1:0", "--token-file", tokFile, "--env-dir", filepath.Join(dir, "envs"),
-		"--zarr-cache", filepath.Join(dir, "zcache"))
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	sc := bufio.NewScanner(stderr)
-	re := regexp.MustCompile(`serving (http://\S+)`)
-	var url string
-	for sc.Scan() {
-		if m := re.FindStringSubmatch(sc.Text()); m != nil {
-			url = m[1]
-			break
-		}
-	}
-	if url == "" {
-		t.Fatal("soma-worker never said where it serves")
-	}
-	go func() {
-		for sc.Scan() {
-		}
-	}()
+	cmd, url, dir := startWorker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := worker.NewClient(url, "s3cret-0123456789", nil)
+	c, err := worker.NewClient(url, testToken, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

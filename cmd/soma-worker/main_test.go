@@ -63,20 +63,22 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
-// TestServesAndStops starts the real binary, asks it for its health and
-// capabilities with the token, and stops it with SIGTERM (exit 0).
-func TestServesAndStops(t *testing.T) {
+// startWorker builds and starts the real binary (tag cpu) in a folder of
+// its own, serving on loopback with token testToken, and returns it
+// with its URL and folder; the test's end kills it.
+func startWorker(t *testing.T) (cmd *exec.Cmd, url, dir string) {
+	t.Helper()
 	testutil.NeedPython(t, "json")
-	dir := t.TempDir()
+	dir = t.TempDir()
 	bin := filepath.Join(dir, "soma-worker")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	tokFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokFile, []byte("s3cret-0123456789\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokFile, []byte(testToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--root", filepath.Join(dir, "root"), "--python", testutil.Python(),
+	cmd = exec.Command(bin, "--root", filepath.Join(dir, "root"), "--python", testutil.Python(),
 		"--listen", "127.0.0.1:0", "--token-file", tokFile, "--tag", "cpu", "--env-dir", filepath.Join(dir, "envs"),
 		"--zarr-cache", filepath.Join(dir, "zcache"))
 	stderr, err := cmd.StderrPipe()
@@ -86,10 +88,9 @@ func TestServesAndStops(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	sc := bufio.NewScanner(stderr)
 	re := regexp.MustCompile(`serving (http://\S+)`)
-	var url string
 	for sc.Scan() {
 		if m := re.FindStringSubmatch(sc.Text()); m != nil {
 			url = m[1]
@@ -103,6 +104,16 @@ func TestServesAndStops(t *testing.T) {
 		for sc.Scan() {
 		}
 	}()
+	return cmd, url, dir
+}
+
+// testToken is the bearer token startWorker's worker takes.
+const testToken = "s3cret-0123456789"
+
+// TestServesAndStops starts the real binary, asks it for its health and
+// capabilities with the token, and stops it with SIGTERM (exit 0).
+func TestServesAndStops(t *testing.T) {
+	cmd, url, _ := startWorker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c, err := worker.NewClient(url, "s3cret-0123456789", nil)

@@ -292,13 +292,7 @@ func TestStatusListsWorkers(t *testing.T) {
 	// load 23).
 	const timeout = 2 * time.Second
 	root, live := workersRoot(t, timeout)
-	beat := func() {
-		for _, g := range live {
-			if _, err := g.Heartbeat(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	beat := func() { heartbeatAll(t, live) }
 	beat()
 	code, out, errOut := soma("status", root, "--worker-timeout", timeout.String())
 	if code != exitOK {

@@ -60,18 +60,22 @@ func workersRoot(t *testing.T, timeout time.Duration) (root string, live []*work
 	return root, live
 }
 
+// heartbeatAll renews every registration in live.
+func heartbeatAll(t *testing.T, live []*worker.Registration) {
+	t.Helper()
+	for _, g := range live {
+		if _, err := g.Heartbeat(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestWorkersCommand(t *testing.T) {
 	// 2 s, not 300 ms: a loaded CI machine saw live workers dead between
 	// a heartbeat and the view (TestStatusListsWorkers, at load 23).
 	const timeout = 2 * time.Second
 	root, live := workersRoot(t, timeout)
-	beat := func() {
-		for _, g := range live {
-			if _, err := g.Heartbeat(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	beat := func() { heartbeatAll(t, live) }
 	beat()
 	code, out, errOut := soma("workers", root, "--timeout", timeout.String())
 	if code != exitOK {
