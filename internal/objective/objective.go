@@ -392,21 +392,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	}()
 	go func() {
 		defer close(guardDone)
-		gotExit := false
-		for r := range replies {
-			switch r.verb {
-			case "exit":
-				if e, ok := parseExit(r.arg); ok && !gotExit {
-					gotExit = true
-					exited <- e
-				}
-			case "done":
-				clean = gotExit
-			}
-		}
-		if !gotExit {
-			exited <- exit{err: fmt.Errorf("the objective's guard process ended without its status (%v); the objective was killed with it", g.gone())}
-		}
+		clean = followGuard(g, replies, exited)
 		// What holds a stdout or stderr pipe now is outside the guard's
 		// reach: it is not waited for beyond exitDrain.
 		copied := make(chan struct{})
@@ -479,6 +465,30 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	}
 	o.score(&res, werr, reps, last)
 	return res, nil
+}
+
+// followGuard reads the guard's replies to one run until the guard is
+// done with it: the objective's exit status goes to exited (or, if the
+// guard ended without one, an error saying so: the objective was killed
+// with it). clean says whether the guard finished the run in order (its
+// socket can serve the next run).
+func followGuard(g *guardProc, replies <-chan guardReply, exited chan<- exit) (clean bool) {
+	gotExit := false
+	for r := range replies {
+		switch r.verb {
+		case "exit":
+			if e, ok := parseExit(r.arg); ok && !gotExit {
+				gotExit = true
+				exited <- e
+			}
+		case "done":
+			clean = gotExit
+		}
+	}
+	if !gotExit {
+		exited <- exit{err: fmt.Errorf("the objective's guard process ended without its status (%v); the objective was killed with it", g.gone())}
+	}
+	return clean
 }
 
 // startGuarded hands the objective (gr, with its descriptors fds) to a
