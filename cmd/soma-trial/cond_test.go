@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/soma-hpc/soma/fsstore"
 	"github.com/soma-hpc/soma/internal/testutil"
 	"github.com/soma-hpc/soma/study"
 )
@@ -42,14 +41,7 @@ func TestConditionalParamReachesTheObjective(t *testing.T) {
 	if out, err := c.CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	st, err := fsstore.Open(root, fsstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := study.Open(context.Background(), st, "s", nil, study.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openStudy(t, root)
 	recs, err := s.Finished(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -69,15 +69,21 @@ func budget(n int) []string {
 
 func (e env) open(t *testing.T) *study.Study {
 	t.Helper()
-	s, err := fsstore.Open(e.root, fsstore.Options{})
+	return openStudy(t, e.root)
+}
+
+// openStudy opens study "s" of the store at root.
+func openStudy(t *testing.T, root string) *study.Study {
+	t.Helper()
+	st, err := fsstore.Open(root, fsstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := study.Open(context.Background(), s, "s", nil, study.Options{})
+	s, err := study.Open(context.Background(), st, "s", nil, study.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st
+	return s
 }
 
 // done returns, per trial, how many runs of it finished (".done" marks).
@@ -374,14 +380,7 @@ func TestParamChoiceKeepsItsCommas(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	st, err := fsstore.Open(root, fsstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := study.Open(context.Background(), st, "s", nil, study.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openStudy(t, root)
 	knobs := s.Space().Knobs()
 	if len(knobs) != 2 || len(knobs[1].Choices) != 3 {
 		t.Errorf("knobs %+v, want x and opt with 3 choices", knobs)

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/soma-hpc/soma/fsstore"
 	"github.com/soma-hpc/soma/internal/testutil"
 	"github.com/soma-hpc/soma/study"
 )
@@ -42,14 +41,7 @@ x = "float:0:1"
 	if out, err := c.CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	st, err := fsstore.Open(root, fsstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := study.Open(context.Background(), st, "s", nil, study.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openStudy(t, root)
 	// Attempts with their blobs: a failed attempt's reason is there.
 	recs, _, err := s.Attempts(context.Background(), true)
 	if err != nil {
@@ -105,14 +97,7 @@ print("%r %r" % (x, (1 - x) ** 2))
 			if out, err := c.CombinedOutput(); err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
-			st, err := fsstore.Open(root, fsstore.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := study.Open(context.Background(), st, "s", nil, study.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := openStudy(t, root)
 			spec := s.Spec()
 			if got := fmt.Sprintln(spec.Directions, spec.Metrics, spec.Sampler.Name); got != "[minimize maximize] [x y] tpe\n" {
 				t.Errorf("spec: %s, want [minimize maximize] [x y] tpe", got)

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/soma-hpc/soma/fsstore"
 	"github.com/soma-hpc/soma/study"
 )
 
@@ -85,14 +84,7 @@ func TestDamagedSealedRecordIsRetried(t *testing.T) {
 	if want := "warning: fsstore: corrupt study/s/trial/2/0 (" + p + "): "; strings.Count(out, want) != 1 {
 		t.Errorf("soma-trial did not warn once of %q:\n%s", want, out)
 	}
-	s, err := fsstore.Open(root, fsstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := study.Open(context.Background(), s, "s", nil, study.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openStudy(t, root)
 	snap, err := st.Trials(context.Background())
 	if err != nil {
 		t.Fatal(err)
