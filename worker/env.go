@@ -123,6 +123,10 @@ type EnvPool struct {
 	mu    sync.Mutex
 	holds map[string]*envHold
 	keys  map[string]string
+	// dropped are called (under mu) with an env folder whose in-use lock
+	// this process lets go: from then on another process may evict it,
+	// so whatever still runs out of it (an idle daemon) must end.
+	dropped []func(dir string)
 
 	// Test seams: pipStarted is called once pip runs in dir as process
 	// pid; poll is how often a waiter retries a held lock; now is the
@@ -238,9 +242,21 @@ func (p *EnvPool) dropLocked(h *envHold) {
 		h.idle.Stop()
 	}
 	delete(p.holds, h.dir)
+	for _, f := range p.dropped {
+		f(h.dir)
+	}
 	if err := h.lock.Close(); err != nil {
 		p.log.Warn("release env", "key", h.key, "err", err)
 	}
+}
+
+// onDrop registers f to be called with each env folder this process stops
+// holding, before its lock goes. f runs under the pool's mutex: it must
+// not call back into the pool.
+func (p *EnvPool) onDrop(f func(dir string)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dropped = append(p.dropped, f)
 }
 
 // dropIdle lets go of the in-use locks that no Env of this process

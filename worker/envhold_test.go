@@ -171,3 +171,51 @@ func TestEnvKeyRemembered(t *testing.T) {
 		seen[k] = i
 	}
 }
+
+// TestWarmDaemonEndsWithItsEnv: once the worker lets go of an env's in-use
+// lock (after envLinger, or when Prune drops idle holds), the idle daemons
+// running out of that env end, and a plan after the env was evicted and
+// rebuilt starts a daemon in the new folder. The bug this pins: idle
+// daemons were keyed by the env's key, which survives an eviction and a
+// rebuild, so a warm daemon whose venv had been deleted under it was
+// handed the next plan.
+func TestWarmDaemonEndsWithItsEnv(t *testing.T) {
+	testutil.NeedPython(t, "venv")
+	tw := newTestWorker(t, testOptions{})
+	ctx := context.Background()
+	run := func(id string) {
+		t.Helper()
+		res, err := tw.w.Run(ctx, behaviourPlan(t, id, "NoOp"))
+		if err != nil || res.State != StateSucceeded {
+			t.Fatalf("plan %s: %v %+v", id, err, res)
+		}
+	}
+	run("a")
+	run("b")
+	if got := tw.w.DaemonsStarted(); got != 1 {
+		t.Fatalf("%d daemons started for two plans of one env, want 1 (warm reuse)", got)
+	}
+	tw.w.pool.mu.Lock()
+	var idle []*daemon
+	for _, list := range tw.w.pool.idle {
+		idle = append(idle, list...)
+	}
+	tw.w.pool.mu.Unlock()
+	if len(idle) != 1 {
+		t.Fatalf("%d idle daemons, want 1", len(idle))
+	}
+	envs := tw.w.o.Envs
+	envs.maxBytes = 1 // Prune evicts every env not in use
+	if err := envs.Prune(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-idle[0].exited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the idle daemon (pid %d) still runs after its env was let go and evicted", idle[0].hello.PID)
+	}
+	run("c")
+	if got := tw.w.DaemonsStarted(); got != 2 {
+		t.Fatalf("%d daemons started, want 2: the plan after the rebuild must start one in the new env", got)
+	}
+}

@@ -24,14 +24,37 @@ type daemonPool struct {
 	starts int // daemons started, for tests and /capabilities
 }
 
-// poolKey is the identity of a warm daemon: the same interpreter (env)
-// and the same GPUs visible.
+// poolKey is the identity of a warm daemon: the same env folder and the
+// same GPUs visible. The folder, not the env's key: a key outlives its
+// folder when the env is evicted and rebuilt (a fresh folder), and a
+// daemon keyed by the key was handed to plans after its venv was deleted
+// under it (imports not yet made then failed). See also envDropped.
 func poolKey(env *Env, gpus []GPU) string {
 	ids := make([]string, len(gpus))
 	for i, g := range gpus {
 		ids[i] = g.UUID
 	}
-	return env.Key + "|" + strings.Join(ids, ",")
+	return env.Dir + "|" + strings.Join(ids, ",")
+}
+
+// envDropped ends the idle daemons that run out of env folder dir: the
+// worker has let go of its in-use lock on dir, so another process may now
+// evict it, and a warm daemon must never outlive its venv. (EnvPool calls
+// it under its mutex; this takes only the daemon pool's.)
+func (p *daemonPool) envDropped(dir string) {
+	prefix := dir + "|"
+	p.mu.Lock()
+	var ended []*daemon
+	for key, list := range p.idle {
+		if strings.HasPrefix(key, prefix) {
+			ended = append(ended, list...)
+			delete(p.idle, key)
+		}
+	}
+	p.mu.Unlock()
+	for _, d := range ended {
+		d.kill()
+	}
 }
 
 // get returns an idle daemon for (env, gpus), or starts one. warm reports

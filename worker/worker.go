@@ -164,10 +164,12 @@ func New(o Options) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	pool := &daemonPool{script: script, grace: o.CancelGrace, maxIdle: o.IdleDaemons, logger: o.Logger}
+	o.Envs.onDrop(pool.envDropped)
 	return &Worker{
 		o:     o,
 		log:   o.Logger,
-		pool:  &daemonPool{script: script, grace: o.CancelGrace, maxIdle: o.IdleDaemons, logger: o.Logger},
+		pool:  pool,
 		gpus:  NewGPUSet(o.Resources.GPUs),
 		slots: make(chan struct{}, maxPlans),
 		res:   &resolver{store: o.Store, cache: o.ZarrCache, tmp: filepath.Join(o.WorkDir, "tmp")},
