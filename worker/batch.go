@@ -30,7 +30,6 @@ type pipeOp struct {
 	// plan
 	Plan  string     `json:"plan,omitempty"`
 	Dir   string     `json:"dir,omitempty"`
-	Log   string     `json:"log,omitempty"`
 	Seed  int64      `json:"seed,omitempty"`
 	Nodes []pipeNode `json:"nodes,omitempty"`
 	// put

@@ -1,8 +1,13 @@
 package worker
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -133,17 +138,29 @@ func TestCancel(t *testing.T) {
 }
 
 // waitLog waits until plan id's filter has printed (so it is inside its
-// Python call). Polling for an event, not asserting on time.
-func waitLog(t *testing.T, tw *testWorker, id string) {
+// Python call), as GET /plans/ID shows a running plan's output. Polling
+// for an event, not asserting on time.
+// It returns what the plan had printed.
+func waitLog(t *testing.T, tw *testWorker, id string) string {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
-		if strings.Contains(tail(tw.w.o.WorkDir+"/plans/"+id+".log", 4096), "ing") {
-			return
+		res, err := tw.client.Get(context.Background(), id)
+		var re *RemoteError
+		if errors.As(err, &re) && re.Status == http.StatusNotFound {
+			time.Sleep(10 * time.Millisecond) // not submitted yet
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(res.LogTail, "ing") {
+			return res.LogTail
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("plan %s never started its filter", id)
+	return ""
 }
 
 // TestWarmReuseNewFiles: a warm daemon keeps a plan's modules imported
@@ -190,5 +207,51 @@ func TestImportInterruptible(t *testing.T) {
 	mustSucceed(t, run(t, tw, behaviourPlan(t, "after", "NoOp")))
 	if got := tw.w.DaemonsStarted(); got != 1 {
 		t.Fatalf("daemons started = %d, want 1: the import should have been interrupted, not killed", got)
+	}
+}
+
+// TestPlanOutputIsItsOwn: a warm daemon writes every plan's output to one
+// log, and each result's LogTail is what that plan printed, nothing of the
+// plans before it; a log grown past maxDaemonLog is emptied before the
+// next plan; and the logs go with their daemons (a log file per plan id
+// used to be left in the work folder for good).
+func TestPlanOutputIsItsOwn(t *testing.T) {
+	tw := newTestWorker(t, testOptions{})
+	const printed = "printed by the filter\nand written to sys.stdout\nand to fd 1\nand to stderr\n"
+	for i, class := range []string{"Printer", "Printer", "NoOp", "Printer"} {
+		res := run(t, tw, behaviourPlan(t, fmt.Sprintf("p%d", i), class))
+		mustSucceed(t, res)
+		want := map[string]string{"Printer": printed, "NoOp": ""}[class]
+		if res.LogTail != want {
+			t.Fatalf("plan %d (%s): LogTail %q, want %q", i, class, res.LogTail, want)
+		}
+	}
+	if n := tw.w.DaemonsStarted(); n != 1 {
+		t.Fatalf("%d daemons started, want 1 (the plans shared a warm daemon)", n)
+	}
+	logs, err := filepath.Glob(filepath.Join(tw.w.o.WorkDir, "daemons", "*.log"))
+	if err != nil || len(logs) != 1 {
+		t.Fatalf("daemon logs %v (%v), want one", logs, err)
+	}
+	f, err := os.OpenFile(logs[0], os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(bytes.Repeat([]byte("old output\n"), maxDaemonLog/10)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	res := run(t, tw, behaviourPlan(t, "after-big", "Printer"))
+	mustSucceed(t, res)
+	st, err := os.Stat(logs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.LogTail != printed || st.Size() != int64(len(printed)) {
+		t.Fatalf("after a log of %d bytes: LogTail %q, log now %d bytes; want the plan's output alone, the old emptied", maxDaemonLog/10*11, res.LogTail, st.Size())
+	}
+	tw.w.Close()
+	if left, _ := filepath.Glob(filepath.Join(tw.w.o.WorkDir, "daemons", "*")); len(left) != 0 {
+		t.Fatalf("left after Close: %v", left)
 	}
 }

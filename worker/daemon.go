@@ -75,12 +75,17 @@ func writeDaemonScript(dir string) (string, error) {
 // the pool hands it out exclusively. Its fields are owned by that plan,
 // except exited and waitErr, which the wait goroutine sets.
 type daemon struct {
-	key   string
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	out   *bufio.Reader
-	hello pipeHello
-	grace time.Duration
+	key string
+	cmd *exec.Cmd
+	// log is the daemon's log file (its descriptors 1 and 2, for its
+	// whole life), open here for reading: a plan's output is what was
+	// written to it while the plan ran (logStart, logSince).
+	log     *os.File
+	logPath string
+	in      io.WriteCloser
+	out     *bufio.Reader
+	hello   pipeHello
+	grace   time.Duration
 
 	broken  bool // a call failed in a way that leaves the pipe unusable
 	exited  chan struct{}
@@ -91,6 +96,7 @@ type daemon struct {
 type daemonSpec struct {
 	python string   // the venv's interpreter
 	script string   // path of daemon.py
+	log    string   // path of its log file (made by daemon.py)
 	env    []string // extra environment (CUDA_VISIBLE_DEVICES)
 	grace  time.Duration
 	logger *slog.Logger
@@ -100,7 +106,7 @@ type daemonSpec struct {
 // to ctx (it outlives the plan that started it, for warm reuse); ctx only
 // bounds the start.
 func startDaemon(ctx context.Context, key string, s daemonSpec) (*daemon, error) {
-	cmd := exec.Command(s.python, "-B", s.script)
+	cmd := exec.Command(s.python, "-B", s.script, "--log", s.log)
 	cmd.Env = append(os.Environ(), s.env...)
 	cmd.Stderr = &logWriter{logger: s.logger, prefix: "daemon"}
 	// Its own process group: a terminal's ^C to soma-worker must not
@@ -139,7 +145,7 @@ func startDaemon(ctx context.Context, key string, s daemonSpec) (*daemon, error)
 		out.Close()
 		return nil, fmt.Errorf("worker: start %s: %w", s.python, err)
 	}
-	d := &daemon{key: key, cmd: cmd, in: in, out: bufio.NewReaderSize(out, 1<<16), grace: s.grace, exited: make(chan struct{})}
+	d := &daemon{key: key, cmd: cmd, in: in, out: bufio.NewReaderSize(out, 1<<16), grace: s.grace, exited: make(chan struct{}), logPath: s.log}
 	go func() {
 		d.waitErr = cmd.Wait()
 		out.Close() // ours, not exec's: reads after the exit see EOF, then nothing
@@ -158,11 +164,11 @@ func startDaemon(ctx context.Context, key string, s daemonSpec) (*daemon, error)
 	select {
 	case h := <-ch:
 		if h.err != nil {
-			d.kill()
+			d.discard()
 			return nil, fmt.Errorf("worker: %s did not start daemon.py: %w (%s)", s.python, h.err, d.exitReason())
 		}
 		if h.r.Hello == nil || h.r.Hello.Protocol != pipeProtocol {
-			d.kill()
+			d.discard()
 			got := 0
 			if h.r.Hello != nil {
 				got = h.r.Hello.Protocol
@@ -170,9 +176,14 @@ func startDaemon(ctx context.Context, key string, s daemonSpec) (*daemon, error)
 			return nil, fmt.Errorf("worker: daemon.py speaks pipe protocol %d, soma-worker speaks %d", got, pipeProtocol)
 		}
 		d.hello = *h.r.Hello
+		// daemon.py made the log before its hello.
+		if d.log, err = os.Open(s.log); err != nil {
+			d.discard()
+			return nil, fmt.Errorf("worker: daemon log: %w", err)
+		}
 		return d, nil
 	case <-ctx.Done():
-		d.kill()
+		d.discard()
 		<-ch
 		return nil, ctx.Err()
 	}
@@ -264,6 +275,56 @@ func (d *daemon) kill() {
 	_ = d.in.Close()
 	_ = d.cmd.Process.Kill()
 	<-d.exited
+}
+
+// discard ends d for good: the process, its log file and the handle on
+// it. Whoever drops a daemon (the pool, a failed start) calls it; a failed
+// call only kills (its plan still reads its output from the log).
+func (d *daemon) discard() {
+	d.kill()
+	if d.log != nil {
+		_ = d.log.Close()
+	}
+	if d.logPath != "" {
+		_ = os.Remove(d.logPath)
+	}
+}
+
+// maxDaemonLog is the size past which a daemon's log is emptied before
+// the next plan (only the part a plan writes is ever read).
+const maxDaemonLog = 16 << 20
+
+// logStart returns where the next plan's output will begin in d's log,
+// emptying the log first once it has grown past maxDaemonLog (no plan
+// runs on d meanwhile; daemon.py writes with O_APPEND, so its next write
+// lands at the new end).
+func (d *daemon) logStart() int64 {
+	st, err := d.log.Stat()
+	if err != nil {
+		return 0
+	}
+	if st.Size() > maxDaemonLog {
+		if err := os.Truncate(d.logPath, 0); err == nil {
+			return 0
+		}
+	}
+	return st.Size()
+}
+
+// logSince returns the last n bytes of what d's log received after
+// offset start ("" if nothing).
+func (d *daemon) logSince(start, n int64) string {
+	st, err := d.log.Stat()
+	if err != nil || st.Size() <= start {
+		return ""
+	}
+	off := max(start, st.Size()-n)
+	b := make([]byte, st.Size()-off)
+	k, err := d.log.ReadAt(b, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return ""
+	}
+	return string(b[:k])
 }
 
 // exitReason says how the process ended, for error messages; it waits

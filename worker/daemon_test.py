@@ -143,7 +143,7 @@ class DaemonProcessTest(unittest.TestCase):
         with open(os.path.join(self.tmp.name, "filters.py"), "w") as f:
             f.write(FILTERS)
         self.log = os.path.join(self.tmp.name, "plan.log")
-        self.proc = subprocess.Popen([sys.executable, daemon.__file__],
+        self.proc = subprocess.Popen([sys.executable, daemon.__file__, "--log", self.log],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         head, _ = daemon.read_frame(self.proc.stdout)
         self.assertEqual(head["hello"]["protocol"], daemon.PROTOCOL)
@@ -159,7 +159,7 @@ class DaemonProcessTest(unittest.TestCase):
         return daemon.read_frame(self.proc.stdout)
 
     def test_print_goes_to_log_not_protocol(self):
-        r, _ = self.ask({"op": "plan", "plan": "p", "dir": self.tmp.name, "log": self.log, "seed": 1,
+        r, _ = self.ask({"op": "plan", "plan": "p", "dir": self.tmp.name, "seed": 1,
                          "nodes": [{"id": "e", "file": "filters.py", "class": "Echo",
                                     "config": {"greeting": "hello"}}]})
         self.assertTrue(r["ok"], r)
@@ -174,28 +174,36 @@ class DaemonProcessTest(unittest.TestCase):
         self.assertIn("hello from print", log)
         self.assertIn("raw fd 1", log)
 
-    def test_logs_per_plan_without_leaking_descriptors(self):
-        # The descriptors 1 and 2 go back to between plans are copied once,
-        # not per plan: three plans leave as many open descriptors as one,
-        # and each plan's log holds its own output only.
+    def test_each_plan_appends_to_the_log_without_leaking_descriptors(self):
+        # The log is opened once, at start: a plan opens and dup2s
+        # nothing, three plans leave as many open descriptors as one, and
+        # the part of the log written while a plan ran (what soma-worker
+        # reads, by the sizes before and after) is that plan's output only.
         fds = lambda: len(os.listdir("/proc/%d/fd" % self.proc.pid))
         counts = []
         for i in range(3):
-            log = os.path.join(self.tmp.name, "plan%d.log" % i)
+            before = os.path.getsize(self.log)
             r, _ = self.ask({"op": "batch", "ops": [
-                {"op": "plan", "plan": "p%d" % i, "dir": self.tmp.name, "log": log, "seed": 1,
+                {"op": "plan", "plan": "p%d" % i, "dir": self.tmp.name, "seed": 1,
                  "nodes": [{"id": "e", "file": "filters.py", "class": "Echo",
                             "config": {"greeting": "plan %d" % i}}]},
                 {"op": "call", "node": "e", "method": "forward", "args": [{"kind": "none"}]},
                 {"op": "end", "always": True}]})
             self.assertTrue(all(x["ok"] for x in r["replies"]), r)
-            with open(log) as f:
+            with open(self.log) as f:
+                f.seek(before)
                 self.assertEqual(f.read(), "plan %d from print\nraw fd 1\n" % i)
             counts.append(fds())
         self.assertEqual(counts[0], counts[2], "descriptors leak per plan")
 
+    def test_bad_arguments_refused(self):
+        p = subprocess.run([sys.executable, daemon.__file__, "--bogus"], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn(b"usage: daemon.py [--log PATH]", p.stderr)
+
     def test_exception_has_traceback(self):
-        r, _ = self.ask({"op": "plan", "plan": "p", "dir": self.tmp.name, "log": self.log, "seed": 1,
+        r, _ = self.ask({"op": "plan", "plan": "p", "dir": self.tmp.name, "seed": 1,
                          "nodes": [{"id": "b", "file": "filters.py", "class": "Boom"}]})
         self.assertTrue(r["ok"], r)
         r, _ = self.ask({"op": "call", "node": "b", "method": "forward", "args": [{"kind": "none"}]})
@@ -208,7 +216,7 @@ class DaemonProcessTest(unittest.TestCase):
 
     def test_batch_stops_at_failure_but_ends(self):
         r, body = self.ask({"op": "batch", "ops": [
-            {"op": "plan", "plan": "p", "dir": self.tmp.name, "log": self.log, "seed": 1,
+            {"op": "plan", "plan": "p", "dir": self.tmp.name, "seed": 1,
              "nodes": [{"id": "e", "file": "filters.py", "class": "Echo"},
                        {"id": "b", "file": "filters.py", "class": "Boom"}]},
             {"op": "put", "slot": "input", "value": {"kind": "bytes", "off": 0, "len": 2}},
@@ -228,7 +236,7 @@ class DaemonProcessTest(unittest.TestCase):
         self.assertEqual(r["replies"][4]["error"], "ValueError: boom")
 
     def test_unknown_class_and_method(self):
-        r, _ = self.ask({"op": "plan", "plan": "p", "dir": self.tmp.name, "log": self.log, "seed": 1,
+        r, _ = self.ask({"op": "plan", "plan": "p", "dir": self.tmp.name, "seed": 1,
                          "nodes": [{"id": "x", "file": "filters.py", "class": "Nope"}]})
         self.assertFalse(r["ok"])
         self.assertIn("has no class Nope", r["error"])

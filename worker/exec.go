@@ -10,8 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,8 +24,11 @@ import (
 type session struct {
 	w   *Worker
 	p   *Plan
-	log string // the plan's log file
 	dir string // the plan's files
+	// logStart is where this plan's output begins in its daemon's log,
+	// and logTail the end of that output, read before the daemon goes.
+	logStart int64
+	logTail  string
 
 	releaseSlot func()
 	releaseGPUs func()
@@ -39,7 +40,7 @@ type session struct {
 
 // execute runs a one-shot plan and returns its result; running is called
 // once the plan holds its resources.
-func (w *Worker) execute(ctx context.Context, p *Plan, running func()) *Result {
+func (w *Worker) execute(ctx context.Context, p *Plan, running func(output func() string)) *Result {
 	start := time.Now()
 	s := &session{w: w, p: p}
 	outputs, states, err := s.oneShot(ctx, running)
@@ -49,12 +50,12 @@ func (w *Worker) execute(ctx context.Context, p *Plan, running func()) *Result {
 // oneShot runs the whole plan in the daemon as one batch: build the
 // filters, load their states, feed the input, collect the trained states,
 // end. One round trip on the pipe, however many nodes.
-func (s *session) oneShot(ctx context.Context, running func()) (map[string]Value, map[string]Value, error) {
+func (s *session) oneShot(ctx context.Context, running func(output func() string)) (map[string]Value, map[string]Value, error) {
 	defer s.close(ctx)
 	if err := s.open(ctx); err != nil {
 		return nil, nil, err
 	}
-	running()
+	running(s.output())
 	b := &batch{}
 	defer b.removeTemps()
 	if err := s.addBuild(ctx, b); err != nil {
@@ -161,14 +162,6 @@ func (s *session) writeFiles(ctx context.Context) error {
 			return fmt.Errorf("worker: plan file %s: %w", f.Name, err)
 		}
 	}
-	s.log = filepath.Join(s.w.o.WorkDir, "plans", s.p.ID+".log")
-	// A plan id run again starts a fresh log: emptied, not removed (the
-	// daemon then opens it without creating an inode; the removal and
-	// the creation cost a warm no-op plan about 40 µs here, a truncate
-	// about 5).
-	if err := os.Truncate(s.log, 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("worker: plan log: %w", err)
-	}
 	return nil
 }
 
@@ -224,6 +217,11 @@ func (s *session) daemon(ctx context.Context) error {
 	}
 	s.w.log.Debug("daemon", "plan", s.p.ID, "warm", warm, "pid", d.hello.PID)
 	s.d = d
+	// The plan's output is what the daemon's log receives from here on:
+	// one fstat, where a log file per plan cost a truncate here, an open,
+	// four dup2 and a close in the daemon and a stat after (and left a
+	// file behind per plan id).
+	s.logStart = d.logStart()
 	return nil
 }
 
@@ -244,7 +242,7 @@ func (s *session) addBuild(ctx context.Context, b *batch) error {
 		cfg, _ := jsonable(n.Config).(map[string]any)
 		nodes[i] = pipeNode{ID: n.ID, File: n.File, Class: n.Class, Config: cfg}
 	}
-	b.add("", "build", pipeOp{Op: "plan", Plan: s.p.ID, Dir: s.dir, Log: s.log, Seed: s.p.Seed, Nodes: nodes})
+	b.add("", "build", pipeOp{Op: "plan", Plan: s.p.ID, Dir: s.dir, Seed: s.p.Seed, Nodes: nodes})
 	for _, n := range s.p.Nodes {
 		sv, ok := s.p.States[n.ID]
 		if !ok {
@@ -382,6 +380,9 @@ func (s *session) close(ctx context.Context) {
 			}
 			cancel()
 		}
+		// After the end op (which flushed), before the daemon goes back
+		// or away: a crash's dump is in the log too.
+		s.logTail = s.d.logSince(s.logStart, maxLogTail)
 		s.w.pool.put(s.d)
 		s.d = nil
 	}
@@ -427,7 +428,7 @@ func outputNodes(p *Plan) map[string]bool {
 // result turns how the plan ended into its Result.
 func (s *session) result(start time.Time, outputs, states map[string]Value, err error) *Result {
 	r := &Result{Version: ProtocolVersion, ID: s.p.ID, DurationMS: float64(time.Since(start).Microseconds()) / 1000}
-	r.LogTail = tail(s.log, 8<<10)
+	r.LogTail = s.logTail
 	switch {
 	case err == nil:
 		r.State, r.Outputs, r.States = StateSucceeded, outputs, states
@@ -445,33 +446,17 @@ func (s *session) result(start time.Time, outputs, states map[string]Value, err 
 	return r
 }
 
-// tail returns the last n bytes of the file at path ("" if none).
-func tail(path string, n int64) string {
-	if path == "" {
-		return ""
-	}
-	// Most plans print nothing: a stat (one syscall) spares them the
-	// open, which costs os.Open about 40 µs here (it tries to register
-	// the file with the poller).
-	if st, err := os.Stat(path); err != nil || st.Size() == 0 {
-		return ""
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return ""
-	}
-	off := max(st.Size()-n, 0)
-	b := make([]byte, st.Size()-off)
-	if _, err := f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
-		return ""
-	}
-	return string(b)
+// output returns a function that reads the end of what the plan has
+// printed so far (for the status of a running plan): its daemon's log
+// from logStart. Safe to call from any goroutine, also once the plan has
+// ended (then it may find the log closed and return "").
+func (s *session) output() func() string {
+	d, start := s.d, s.logStart
+	return func() string { return d.logSince(start, maxLogTail) }
 }
+
+// maxLogTail is how much of a plan's output its result carries (the end).
+const maxLogTail = 8 << 10
 
 // sendBatch sends the batch b to the daemon and turns its replies into
 // the plan's outputs (outs: output name -> reply index) and stored states

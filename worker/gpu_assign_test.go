@@ -23,8 +23,7 @@ func TestGPUsExclusive(t *testing.T) {
 	if _, err := tw.client.Submit(ctx, hold); err != nil {
 		t.Fatal(err)
 	}
-	waitLog(t, tw, "hold")
-	held := strings.TrimSpace(strings.TrimPrefix(tail(tw.w.o.WorkDir+"/plans/hold.log", 4096), "holding "))
+	held := strings.TrimSpace(strings.TrimPrefix(waitLog(t, tw, "hold"), "holding "))
 	if held != "GPU-fake-000" && held != "GPU-fake-001" {
 		t.Fatalf("the holding plan sees CUDA_VISIBLE_DEVICES=%q, want one fake UUID", held)
 	}
@@ -75,8 +74,7 @@ func TestGPUsShared(t *testing.T) {
 	if _, err := tw.client.Submit(ctx, hold); err != nil {
 		t.Fatal(err)
 	}
-	waitLog(t, tw, "hold")
-	if got := strings.TrimSpace(strings.TrimPrefix(tail(tw.w.o.WorkDir+"/plans/hold.log", 4096), "holding ")); got != "GPU-fake-000" {
+	if got := strings.TrimSpace(strings.TrimPrefix(waitLog(t, tw, "hold"), "holding ")); got != "GPU-fake-000" {
 		t.Fatalf("the sharing plan sees CUDA_VISIBLE_DEVICES=%q, want GPU-fake-000", got)
 	}
 

@@ -14,7 +14,7 @@ import (
 )
 
 // pipeProtocol is the version daemon.py announces in its hello.
-const pipeProtocol = 1
+const pipeProtocol = 2
 
 // maxPipeHead bounds a frame's JSON head (daemon.py's MAX_HEAD).
 const maxPipeHead = 64 << 20

@@ -2,9 +2,13 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,6 +18,8 @@ import (
 // (crash, kill after a cancel) is never put back.
 type daemonPool struct {
 	script  string
+	logDir  string       // where daemons' logs are (one each, removed with it)
+	seq     atomic.Int64 // names logs
 	grace   time.Duration
 	maxIdle int // per key
 	logger  *slog.Logger
@@ -53,7 +59,7 @@ func (p *daemonPool) envDropped(dir string) {
 	}
 	p.mu.Unlock()
 	for _, d := range ended {
-		d.kill()
+		d.discard()
 	}
 }
 
@@ -70,7 +76,7 @@ func (p *daemonPool) get(ctx context.Context, env *Env, gpus []GPU) (d *daemon, 
 	if d != nil {
 		select {
 		case <-d.exited: // died while idle (OOM killer, a stray signal)
-			d.kill() // closes its pipe; the process is already reaped
+			d.discard() // closes its pipe; the process is already reaped
 		default:
 			return d, true, nil
 		}
@@ -82,6 +88,7 @@ func (p *daemonPool) get(ctx context.Context, env *Env, gpus []GPU) (d *daemon, 
 	d, err = startDaemon(ctx, key, daemonSpec{
 		python: env.Python,
 		script: p.script,
+		log:    filepath.Join(p.logDir, fmt.Sprintf("%d-%d.log", os.Getpid(), p.seq.Add(1))),
 		// The plan sees only its own GPUs, by UUID (indexes would be
 		// renumbered by an outer CUDA_VISIBLE_DEVICES); none if it asked
 		// for none, so that two plans never share a GPU unless asked.
@@ -102,13 +109,13 @@ func (p *daemonPool) get(ctx context.Context, env *Env, gpus []GPU) (d *daemon, 
 // closed or full.
 func (p *daemonPool) put(d *daemon) {
 	if d.broken {
-		d.kill()
+		d.discard()
 		return
 	}
 	p.mu.Lock()
 	if p.closed || len(p.idle[d.key]) >= p.maxIdle {
 		p.mu.Unlock()
-		d.kill()
+		d.discard()
 		return
 	}
 	if p.idle == nil {
@@ -134,7 +141,7 @@ func (p *daemonPool) close() {
 	p.mu.Unlock()
 	for _, list := range idle {
 		for _, d := range list {
-			d.kill()
+			d.discard()
 		}
 	}
 }

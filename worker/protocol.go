@@ -251,7 +251,8 @@ type Result struct {
 	Error      string           `msgpack:"error"`
 	Traceback  string           `msgpack:"traceback"`
 	DurationMS float64          `msgpack:"duration_ms"`
-	// LogTail is the end of the plan's log: what the filters printed.
+	// LogTail is the end of the plan's log: what the filters printed
+	// (the last 8 KiB; so far, while the plan runs).
 	LogTail string `msgpack:"log_tail"`
 }
 

@@ -135,7 +135,7 @@ func (w *Worker) runStream(ctx context.Context, msgs <-chan *StreamMessage, send
 	}()
 	start := time.Now()
 	s := &session{w: w, p: p}
-	outputs, states, err := s.streamed(pctx, next, send, func() { w.setState(rec, StateRunning) })
+	outputs, states, err := s.streamed(pctx, next, send, func(out func() string) { w.started(rec, out) })
 	res := s.result(start, outputs, states, err)
 	w.finish(rec, res)
 	if ctx.Err() != nil {
@@ -147,12 +147,12 @@ func (w *Worker) runStream(ctx context.Context, msgs <-chan *StreamMessage, send
 // streamed opens the plan, feeds each chunk as it comes (Forward) or
 // gathers them (Fit), and closes at end. Its outputs are those of the
 // one-shot plan on the concatenated chunks.
-func (s *session) streamed(ctx context.Context, next func(context.Context) (*StreamMessage, error), send func(*StreamMessage) error, running func()) (map[string]Value, map[string]Value, error) {
+func (s *session) streamed(ctx context.Context, next func(context.Context) (*StreamMessage, error), send func(*StreamMessage) error, running func(output func() string)) (map[string]Value, map[string]Value, error) {
 	defer s.close(ctx)
 	if err := s.open(ctx); err != nil {
 		return nil, nil, err
 	}
-	running()
+	running(s.output())
 	b := &batch{}
 	defer b.removeTemps()
 	if err := s.addBuild(ctx, b); err != nil {

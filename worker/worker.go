@@ -123,6 +123,9 @@ type planRecord struct {
 	state  PlanState
 	result *Result
 	size   int64 // inline bytes of result
+	// output reads the end of what the running plan has printed (its
+	// daemon's log since the plan began); nil until it runs.
+	output func() string
 }
 
 // New returns a worker. It writes daemon.py into WorkDir.
@@ -155,7 +158,7 @@ func New(o Options) (*Worker, error) {
 	if maxPlans <= 0 {
 		maxPlans = max(o.Resources.CPUs, runtime.NumCPU())
 	}
-	for _, sub := range []string{"plans", "files", "tmp"} {
+	for _, sub := range []string{"daemons", "files", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(o.WorkDir, sub), 0o755); err != nil {
 			return nil, fmt.Errorf("worker: work folder: %w", err)
 		}
@@ -164,7 +167,7 @@ func New(o Options) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool := &daemonPool{script: script, grace: o.CancelGrace, maxIdle: o.IdleDaemons, logger: o.Logger}
+	pool := &daemonPool{script: script, logDir: filepath.Join(o.WorkDir, "daemons"), grace: o.CancelGrace, maxIdle: o.IdleDaemons, logger: o.Logger}
 	o.Envs.onDrop(pool.envDropped)
 	return &Worker{
 		o:     o,
@@ -196,7 +199,7 @@ func (w *Worker) Submit(p *Plan) error {
 func (w *Worker) runRegistered(rec *planRecord, ctx context.Context, stop context.CancelFunc, p *Plan) *Result {
 	defer w.running.Done()
 	defer stop()
-	res := w.execute(ctx, p, func() { w.setState(rec, StateRunning) })
+	res := w.execute(ctx, p, func(out func() string) { w.started(rec, out) })
 	w.finish(rec, res)
 	return res
 }
@@ -285,18 +288,27 @@ func (w *Worker) Wait(ctx context.Context, id string) (*Result, error) {
 	}
 }
 
-// Status returns where plan id is, with its result once it has ended.
+// Status returns where plan id is, with its result once it has ended;
+// while it runs, LogTail is the end of what it has printed so far.
 func (w *Worker) Status(id string) (*Result, error) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	rec, ok := w.plans[id]
 	if !ok {
+		w.mu.Unlock()
 		return nil, fmt.Errorf("%w: %q", ErrUnknownPlan, id)
 	}
 	if rec.result != nil {
+		w.mu.Unlock()
 		return rec.result, nil
 	}
-	return &Result{Version: ProtocolVersion, ID: id, State: rec.state}, nil
+	r := &Result{Version: ProtocolVersion, ID: id, State: rec.state}
+	out := rec.output
+	w.mu.Unlock()
+	if out != nil && !r.State.Done() {
+		// What it printed so far: progress of a long plan.
+		r.LogTail = out()
+	}
+	return r, nil
 }
 
 // Cancel asks plan id to stop: its Python is interrupted, then killed
@@ -370,9 +382,11 @@ func (w *Worker) Close() error {
 	return nil
 }
 
-func (w *Worker) setState(rec *planRecord, s PlanState) {
+// started marks rec running; out reads what it has printed so far.
+func (w *Worker) started(rec *planRecord, out func() string) {
 	w.mu.Lock()
-	rec.state = s
+	rec.state = StateRunning
+	rec.output = out
 	w.mu.Unlock()
 }
 
