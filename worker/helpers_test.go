@@ -30,6 +30,7 @@ type testOptions struct {
 	planTimeout time.Duration
 	gpus        []GPU // fake GPUs the worker offers (no NVML involved)
 	maxPlans    int   // the worker's slots; 0 means 4
+	idleDaemons int   // warm daemons kept per environment; 0 means the worker's default
 }
 
 // newTestWorker starts a worker with Debian's Python, a store under
@@ -58,6 +59,7 @@ func newTestWorker(t testing.TB, to testOptions) *testWorker {
 		WorkDir:     filepath.Join(dir, "work"),
 		Resources:   Resources{CPUs: 2, MemoryBytes: 1 << 30, GPUs: to.gpus},
 		Limits:      Limits{MaxPlans: cmp.Or(to.maxPlans, 4)},
+		IdleDaemons: to.idleDaemons,
 		PlanTimeout: to.planTimeout,
 		CancelGrace: 300 * time.Millisecond,
 	})
