@@ -27,6 +27,7 @@ type testWorker struct {
 
 type testOptions struct {
 	noStore     bool
+	root        string // the store's root, to share one between workers; "" means a new one
 	planTimeout time.Duration
 	gpus        []GPU // fake GPUs the worker offers (no NVML involved)
 	maxPlans    int   // the worker's slots; 0 means 4
@@ -43,7 +44,7 @@ func newTestWorker(t testing.TB, to testOptions) *testWorker {
 	var store *fsstore.Store
 	if !to.noStore {
 		var err error
-		store, err = fsstore.Open(filepath.Join(dir, "root"), fsstore.Options{Create: true})
+		store, err = fsstore.Open(cmp.Or(to.root, filepath.Join(dir, "root")), fsstore.Options{Create: true})
 		if err != nil {
 			t.Fatal(err)
 		}
