@@ -16,6 +16,8 @@ import (
 //
 //   - placed: each plan is placed through the folder (Place with Wait),
 //     sent to the chosen worker, and its lease released;
+//   - placer: the same through one Placer shared by the senders (the
+//     registry read once a second, the leases for every placement);
 //   - direct: the same plans sent straight to known workers (sender g
 //     always uses worker g%2, so 4 per worker: its slots), which is the
 //     peer placement is measured against: what it costs is the
@@ -112,6 +114,20 @@ func BenchmarkPlacedPlans(b *testing.B) {
 	b.Run("placed", func(b *testing.B) {
 		bench(b, func(g int, p *Plan) error {
 			pl, err := Place(ctx, s, p.Requirement(), PlaceOptions{Wait: true, WaitInterval: 5 * time.Millisecond, Timeout: time.Hour})
+			if err != nil {
+				return err
+			}
+			defer pl.Release(ctx)
+			return check(clients[pl.Worker.Address].Run(ctx, p))
+		})
+	})
+	// One Placer for the 8 senders, as a long-lived client or service
+	// would hold: it reads the registry once a second, the leases for
+	// every placement.
+	placer := NewPlacer(s, PlaceOptions{Wait: true, WaitInterval: 5 * time.Millisecond, Timeout: time.Hour}, 0)
+	b.Run("placer", func(b *testing.B) {
+		bench(b, func(g int, p *Plan) error {
+			pl, err := placer.Place(ctx, p.Requirement())
 			if err != nil {
 				return err
 			}
