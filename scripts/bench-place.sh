@@ -3,9 +3,11 @@
 # the registry and the leases, claim a lease by link(2)) with 10 and 1000
 # registered workers, side by side with the floor: listing the same
 # folders and reading every record with bare open/fstat/read, plus one
-# durable link(2) claim (write, fsync, link, fsync the folder). Then no-op
-# plans per second through placement vs straight to known workers (8
-# senders). Prints markdown tables; placement latency in milliseconds.
+# durable link(2) claim (write, fsync, link, fsync the folder); and through
+# one worker.Placer (the registry read once a second). Then no-op plans
+# per second through placement (Place, and one shared Placer) vs straight
+# to known workers (8 senders). Prints markdown tables; placement latency
+# in milliseconds.
 #
 #   bash scripts/bench-place.sh                 (make bench runs it)
 #   SOMA_BENCH_PLACE_N=300 bash scripts/bench-place.sh
@@ -22,8 +24,8 @@ echo "## placement from the folder vs the floor (list + read every record + one 
 echo
 echo "$N placements each, on $fstype, $(nproc) cores, load average $(cut -d' ' -f1 /proc/loadavg). Milliseconds."
 echo
-echo "| workers | Place p50 | Place p99 | floor p50 | floor p99 | p50 ratio |"
-echo "|---:|---:|---:|---:|---:|---:|"
+echo "| workers | Place p50 | Place p99 | floor p50 | floor p99 | p50 ratio | Placer p50 | Placer p99 |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
 echo "$out" | awk '
 /^BenchmarkPlace\/workers=/ {
 	split($1, a, "/"); split(a[2], w, "="); n = w[2]; v = a[3]; sub(/-[0-9]+$/, "", v)
@@ -32,7 +34,7 @@ echo "$out" | awk '
 }
 END {
 	for (j = 1; j <= k; j++) { n = order[j]
-		printf "| %s | %.1f | %.1f | %.1f | %.1f | %.2fx |\n", n, p50[n, "soma"]/1000, p99[n, "soma"]/1000, p50[n, "floor"]/1000, p99[n, "floor"]/1000, p50[n, "soma"]/p50[n, "floor"]
+		printf "| %s | %.1f | %.1f | %.1f | %.1f | %.2fx | %.1f | %.1f |\n", n, p50[n, "soma"]/1000, p99[n, "soma"]/1000, p50[n, "floor"]/1000, p99[n, "floor"]/1000, p50[n, "soma"]/p50[n, "floor"], p50[n, "placer"]/1000, p99[n, "placer"]/1000
 	}
 }'
 
@@ -55,6 +57,8 @@ echo "$out" | awk '
 }
 END {
 	printf "| placed (Place, send, Release) | %.0f |\n", r["placed"]
+	printf "| placed through one Placer (registry read once a second) | %.0f |\n", r["placer"]
 	printf "| direct (send to a known worker) | %.0f |\n", r["direct"]
 	if (r["direct"] > 0) printf "| placed / direct | %.2f |\n", r["placed"] / r["direct"]
+	if (r["direct"] > 0) printf "| Placer / direct | %.2f |\n", r["placer"] / r["direct"]
 }'

@@ -242,12 +242,12 @@ func nodeIDs(nodes []Node) string {
 	return strings.Join(ids, ",")
 }
 
-// errStreamCut is a streamed plan whose nodes need different placements.
-// A stream runs on the one worker it was opened on, chunk by chunk; a
-// cut would need the chunks of every crossing value to go from worker to
-// worker through the store while the stream runs, which nothing does yet
-// (issue 15). Refused rather than run whole on the stream's worker,
-// which would ignore the nodes' at and run them where they must not.
+// errStreamCut is a plan sent whole as a stream whose nodes need
+// different placements. A stream runs on the one worker it was opened
+// on; a plan across a cut is streamed by the client with StreamCut, one
+// stream per segment. Refused rather than run whole on the stream's
+// worker, which would ignore the nodes' at and run them where they must
+// not (issue 15).
 func errStreamCut(p *Plan) error {
 	for i := 1; i < len(p.Nodes); i++ {
 		a, b := p.Resources, p.Resources
@@ -258,7 +258,7 @@ func errStreamCut(p *Plan) error {
 			b = *n.At
 		}
 		if !sameAsk(a, b) {
-			return fmt.Errorf("%w %s: a stream runs on one worker, and nodes %q (needs %s) and %q (needs %s) must run in different places: streamed plans are not cut (run it with soma run ROOT, which cuts it and passes what crosses a cut through the store; or give all its nodes one placement)",
+			return fmt.Errorf("%w %s: a stream runs on one worker, and nodes %q (needs %s) and %q (needs %s) must run in different places: stream it cut (worker.CutPlan, then worker.StreamCut, which opens one stream per segment on a worker that fits and passes what crosses a cut through the store), or give all its nodes one placement",
 				ErrCut, p.ID, p.Nodes[i-1].ID, askText(a), p.Nodes[i].ID, askText(b))
 		}
 	}

@@ -27,9 +27,11 @@ type testWorker struct {
 
 type testOptions struct {
 	noStore     bool
+	root        string // the store's root, to share one between workers; "" means a new one
 	planTimeout time.Duration
 	gpus        []GPU // fake GPUs the worker offers (no NVML involved)
 	maxPlans    int   // the worker's slots; 0 means 4
+	idleDaemons int   // warm daemons kept per environment; 0 means the worker's default
 }
 
 // newTestWorker starts a worker with Debian's Python, a store under
@@ -42,7 +44,7 @@ func newTestWorker(t testing.TB, to testOptions) *testWorker {
 	var store *fsstore.Store
 	if !to.noStore {
 		var err error
-		store, err = fsstore.Open(filepath.Join(dir, "root"), fsstore.Options{Create: true})
+		store, err = fsstore.Open(cmp.Or(to.root, filepath.Join(dir, "root")), fsstore.Options{Create: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,6 +60,7 @@ func newTestWorker(t testing.TB, to testOptions) *testWorker {
 		WorkDir:     filepath.Join(dir, "work"),
 		Resources:   Resources{CPUs: 2, MemoryBytes: 1 << 30, GPUs: to.gpus},
 		Limits:      Limits{MaxPlans: cmp.Or(to.maxPlans, 4)},
+		IdleDaemons: to.idleDaemons,
 		PlanTimeout: to.planTimeout,
 		CancelGrace: 300 * time.Millisecond,
 	})

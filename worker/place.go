@@ -309,41 +309,7 @@ func (p *Placement) markLost(err error) {
 // Errors: *NoMatchError when no live worker could ever run req;
 // ErrNoFreeSlot when those that could are busy (unless opts.Wait).
 func Place(ctx context.Context, store *fsstore.Store, req Requirement, opts PlaceOptions) (*Placement, error) {
-	if err := req.check(); err != nil {
-		return nil, err
-	}
-	timeout := opts.Timeout
-	if timeout <= 0 {
-		timeout = DefaultHeartbeatTimeout
-	}
-	rnd := opts.rand
-	if rnd == nil {
-		rnd = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-	}
-	wait := opts.WaitInterval
-	if wait <= 0 {
-		wait = time.Second
-	}
-	holder := opts.Holder
-	if holder == "" {
-		holder = "unknown"
-	}
-	for {
-		w, l, now, err := placeLease(ctx, store, req, timeout, holder, rnd)
-		if err == nil {
-			return startPlacement(store, w, l, now, timeout, opts.Logger), nil
-		}
-		if !errors.Is(err, ErrNoFreeSlot) || !opts.Wait {
-			return nil, err
-		}
-		// Jittered, so waiting placers do not all look at once.
-		d := wait/2 + time.Duration(rnd.Int64N(int64(wait)))
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("worker: place %s: %w (waited for a free slot)", req, ctx.Err())
-		case <-time.After(d):
-		}
-	}
+	return place(ctx, store, req, opts, nil)
 }
 
 // placeLease reads the folder up to a few times and tries the free slots
@@ -351,9 +317,15 @@ func Place(ctx context.Context, store *fsstore.Store, req Requirement, opts Plac
 // heartbeat running, and the server's time read before the claim (so no
 // later than the lease's first mtime).
 func placeLease(ctx context.Context, store leaseStore, req Requirement, timeout time.Duration, holder string, rnd *rand.Rand) (WorkerRecord, Lease, time.Time, error) {
+	return placeLeaseFrom(ctx, store, req, timeout, holder, rnd, nil)
+}
+
+// placeLeaseFrom is placeLease with the workers' records from cache
+// (registryCache; nil reads them).
+func placeLeaseFrom(ctx context.Context, store leaseStore, req Requirement, timeout time.Duration, holder string, rnd *rand.Rand, cache *registryCache) (WorkerRecord, Lease, time.Time, error) {
 	const rounds = 3
 	for range rounds {
-		infos, _, now, err := listWorkers(ctx, store, ListOptions{Timeout: timeout})
+		infos, _, now, err := listWorkersCached(ctx, store, ListOptions{Timeout: timeout}, cache)
 		if err != nil {
 			return WorkerRecord{}, Lease{}, time.Time{}, err
 		}

@@ -358,8 +358,15 @@ func placeChild() error {
 		return err
 	}
 	w := bufio.NewWriter(f)
+	opts := PlaceOptions{Wait: true, WaitInterval: 2 * time.Millisecond, Holder: "pid " + strconv.Itoa(os.Getpid())}
+	placer := NewPlacer(s, opts, time.Hour) // PLACER=1: one view of the registry for the whole run
 	for range n {
-		p, err := Place(ctx, s, Requirement{}, PlaceOptions{Wait: true, WaitInterval: 2 * time.Millisecond, Holder: "pid " + strconv.Itoa(os.Getpid())})
+		var p *Placement
+		if os.Getenv("PLACER") == "1" {
+			p, err = placer.Place(ctx, Requirement{})
+		} else {
+			p, err = Place(ctx, s, Requirement{}, opts)
+		}
 		if err != nil {
 			return err
 		}
@@ -381,8 +388,16 @@ func placeChild() error {
 // with 2 slots each, holding each for a short random time. Every plan is
 // placed, and no worker ever has more than 2 plans running at once
 // (checked from the holders' CLOCK_MONOTONIC intervals, which nest inside
-// the lease: begin after the claim, end before the release).
+// the lease: begin after the claim, end before the release). Each process
+// places with Place, and again with one Placer that reads the registry
+// once for all its placements.
 func TestPlaceProcesses(t *testing.T) {
+	for _, placer := range []string{"0", "1"} {
+		t.Run("placer="+placer, func(t *testing.T) { placeProcesses(t, placer) })
+	}
+}
+
+func placeProcesses(t *testing.T, placer string) {
 	const procs, perProc, slots = 8, 25, 2
 	s := newRegStore(t)
 	for _, id := range []string{"w1", "w2", "w3"} {
@@ -391,7 +406,7 @@ func TestPlaceProcesses(t *testing.T) {
 	dir := t.TempDir()
 	var cmds []*exec.Cmd
 	for i := range procs {
-		c := testutil.Child(t, "place", "ROOT="+s.Root(), "N="+strconv.Itoa(perProc), fmt.Sprintf("OUT=%s/%d", dir, i))
+		c := testutil.Child(t, "place", "ROOT="+s.Root(), "N="+strconv.Itoa(perProc), fmt.Sprintf("OUT=%s/%d", dir, i), "PLACER="+placer)
 		c.Stderr = os.Stderr
 		if err := c.Start(); err != nil {
 			t.Fatal(err)

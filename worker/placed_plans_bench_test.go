@@ -16,35 +16,69 @@ import (
 //
 //   - placed: each plan is placed through the folder (Place with Wait),
 //     sent to the chosen worker, and its lease released;
+//   - placer: the same through one Placer shared by the senders (the
+//     registry read once a second, the leases for every placement);
 //   - direct: the same plans sent straight to known workers (sender g
 //     always uses worker g%2, so 4 per worker: its slots), which is the
 //     peer placement is measured against: what it costs is the
 //     difference.
 //
+// Each worker keeps a warm Python daemon per slot, all started before the
+// clock. With the worker's default of 2 idle daemons for 4 slots, and a
+// sequential warm-up that started only one, the sub-benchmark that ran
+// first (placed) paid for starting Python with numpy several times per
+// round, and placement, which spreads plans over both workers, kept
+// killing idle daemons on one and starting new ones on the other: 6 to 16
+// daemon starts per 300 placed plans against 5 to 7 direct, each a Python
+// start-up on a 2-core machine. That measured the pool, not placement.
+// daemon-starts/op says whether any start fell inside the clock.
+//
 // Reports plans/s (scripts/bench-place.sh prints both side by side).
 func BenchmarkPlacedPlans(b *testing.B) {
-	const senders = 8
+	const senders, slots = 8, 4
 	ctx := context.Background()
-	ws := []*testWorker{newTestWorker(b, testOptions{}), newTestWorker(b, testOptions{})}
+	ws := []*testWorker{
+		newTestWorker(b, testOptions{maxPlans: slots, idleDaemons: slots}),
+		newTestWorker(b, testOptions{maxPlans: slots, idleDaemons: slots}),
+	}
 	s := newRegStore(b)
 	clients := map[string]*Client{}
 	for i, tw := range ws {
-		r := testRecord("w"+strconv.Itoa(i), 4, 0, 0)
+		r := testRecord("w"+strconv.Itoa(i), slots, 0, 0)
 		r.Address = tw.srv.URL
 		announce(b, s, r, time.Hour)
 		clients[tw.srv.URL] = tw.client
-		// Warm both workers' environment and daemons, outside the clock.
-		for j := range 4 {
-			if res, err := tw.client.Run(ctx, behaviourPlan(b, fmt.Sprintf("warm-%d-%d", i, j), "NoOp")); err != nil || res.State != StateSucceeded {
-				b.Fatalf("warm-up: %v %+v", err, res)
+		// Warm the environment, then one daemon per slot (plans at once,
+		// so each needs its own daemon), outside the clock.
+		warm := func(j int) error {
+			res, err := tw.client.Run(ctx, behaviourPlan(b, fmt.Sprintf("warm-%d-%d", i, j), "NoOp"))
+			if err == nil && res.State != StateSucceeded {
+				err = fmt.Errorf("%s: %s", res.State, res.Error)
+			}
+			return err
+		}
+		if err := warm(0); err != nil {
+			b.Fatalf("warm-up: %v", err)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, slots)
+		for j := range slots {
+			wg.Go(func() { errs[j] = warm(j + 1) })
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				b.Fatalf("warm-up: %v", err)
 			}
 		}
 	}
+	starts := func() int { return ws[0].w.pool.started() + ws[1].w.pool.started() }
 	var round atomic.Int64
 	bench := func(b *testing.B, send func(g int, p *Plan) error) {
 		r := round.Add(1)
 		var next atomic.Int64
 		var wg sync.WaitGroup
+		s0 := starts()
 		b.ResetTimer()
 		t0 := time.Now()
 		for g := range senders {
@@ -66,6 +100,7 @@ func BenchmarkPlacedPlans(b *testing.B) {
 		}
 		wg.Wait()
 		b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "plans/s")
+		b.ReportMetric(float64(starts()-s0)/float64(b.N), "daemon-starts/op")
 	}
 	check := func(res *Result, err error) error {
 		if err != nil {
@@ -79,6 +114,20 @@ func BenchmarkPlacedPlans(b *testing.B) {
 	b.Run("placed", func(b *testing.B) {
 		bench(b, func(g int, p *Plan) error {
 			pl, err := Place(ctx, s, p.Requirement(), PlaceOptions{Wait: true, WaitInterval: 5 * time.Millisecond, Timeout: time.Hour})
+			if err != nil {
+				return err
+			}
+			defer pl.Release(ctx)
+			return check(clients[pl.Worker.Address].Run(ctx, p))
+		})
+	})
+	// One Placer for the 8 senders, as a long-lived client or service
+	// would hold: it reads the registry once a second, the leases for
+	// every placement.
+	placer := NewPlacer(s, PlaceOptions{Wait: true, WaitInterval: 5 * time.Millisecond, Timeout: time.Hour}, 0)
+	b.Run("placer", func(b *testing.B) {
+		bench(b, func(g int, p *Plan) error {
+			pl, err := placer.Place(ctx, p.Requirement())
 			if err != nil {
 				return err
 			}

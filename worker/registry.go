@@ -553,6 +553,13 @@ func ListWorkers(ctx context.Context, store *fsstore.Store, opts ListOptions) ([
 // listWorkers is ListWorkers, also returning the server's now it judged
 // ages against.
 func listWorkers(ctx context.Context, store leaseStore, opts ListOptions) ([]WorkerInfo, []Problem, time.Time, error) {
+	return listWorkersCached(ctx, store, opts, nil)
+}
+
+// listWorkersCached is listWorkers taking the workers' records from
+// cache when it holds a recent enough read (registryCache); nil reads
+// them.
+func listWorkersCached(ctx context.Context, store leaseStore, opts ListOptions, cache *registryCache) ([]WorkerInfo, []Problem, time.Time, error) {
 	timeout := opts.Timeout
 	if timeout <= 0 {
 		timeout = DefaultHeartbeatTimeout
@@ -565,7 +572,7 @@ func listWorkers(ctx context.Context, store leaseStore, opts ListOptions) ([]Wor
 	if err != nil {
 		return nil, nil, time.Time{}, fmt.Errorf("worker: list workers: %w", err)
 	}
-	bound, corrupt, err := store.Scan(ctx, workersPrefix)
+	bound, corrupt, err := cache.read(ctx, store, now)
 	if err != nil {
 		return nil, nil, time.Time{}, fmt.Errorf("worker: list workers: %w", err)
 	}

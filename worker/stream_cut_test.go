@@ -8,10 +8,10 @@ import (
 	"time"
 )
 
-// TestStreamedPlanAcrossACutIsRefused: a streamed plan whose nodes must
-// run in different places (at = {...}) is refused, naming the two nodes
-// and why, before anything runs; one whose nodes share one placement
-// streams as before. Bug (issue 15): the worker ran every node of a
+// TestStreamedPlanAcrossACutIsRefused: a plan sent whole as a stream
+// whose nodes must run in different places (at = {...}) is refused,
+// naming the two nodes, why, and StreamCut, before anything runs; one
+// whose nodes share one placement streams as before. Bug (issue 15): the worker ran every node of a
 // streamed plan itself, ignoring their at, so a node meant for a torch
 // worker ran on whatever worker the stream was opened on.
 func TestStreamedPlanAcrossACutIsRefused(t *testing.T) {
@@ -32,7 +32,7 @@ func TestStreamedPlanAcrossACutIsRefused(t *testing.T) {
 	if err == nil {
 		t.Fatal("a streamed plan across a cut ran; want it refused")
 	}
-	for _, want := range []string{"streamed plans are not cut", `"` + last + `" (needs tags torch)`, "soma run ROOT"} {
+	for _, want := range []string{"a stream runs on one worker", `"` + last + `" (needs tags torch)`, "worker.StreamCut"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Next = %v; want it to say %q", err, want)
 		}

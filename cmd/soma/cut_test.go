@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -103,9 +104,10 @@ func TestRunCutAcrossWorkers(t *testing.T) {
 
 	fitWhole, _ := runJSON(plan("fit-whole", "fit", "", "", ""))
 	fitCut, errOut := runJSON(plan("fit-cut", "fit", atA, atB, atA))
-	for _, want := range []string{"segment fit-cut.1: nodes s1, needs tags a", "segment fit-cut.2: nodes s2, needs tags b",
-		"plan fit-cut.1 placed on worker wa ", "plan fit-cut.2 placed on worker wb ", "plan fit-cut.3 placed on worker wa "} {
-		if !strings.Contains(errOut, want) {
+	// Each run's id is the file's with a random suffix (runID).
+	for _, want := range []string{`segment fit-cut-[0-9a-f]{8}\.1: nodes s1, needs tags a`, `segment fit-cut-[0-9a-f]{8}\.2: nodes s2, needs tags b`,
+		`plan fit-cut-[0-9a-f]{8}\.1 placed on worker wa `, `plan fit-cut-[0-9a-f]{8}\.2 placed on worker wb `, `plan fit-cut-[0-9a-f]{8}\.3 placed on worker wa `} {
+		if !regexp.MustCompile(want).MatchString(errOut) {
 			t.Errorf("fit stderr lacks %q:\n%s", want, errOut)
 		}
 	}
@@ -126,7 +128,7 @@ func TestRunCutAcrossWorkers(t *testing.T) {
 
 	// A forward without states fails in its first segment, and says which.
 	code, out, errOut := soma("run", root, plan("fwd-nostate", "forward", atA, atB, atA))
-	if code != exitError || !strings.Contains(out, "plan fwd-nostate.1: failed") || !strings.Contains(out, "RuntimeError: no state") {
+	if code != exitError || !regexp.MustCompile(`plan fwd-nostate-[0-9a-f]{8}\.1: failed`).MatchString(out) || !strings.Contains(out, "RuntimeError: no state") {
 		t.Errorf("forward without states: exit %d\n%s\n%s\nwant segment fwd-nostate.1 failed", code, out, errOut)
 	}
 	// --worker sends everything to one worker, but the crossing values

@@ -36,6 +36,20 @@ var workerBin = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
+// somaBin builds this command once per test binary, for tests that need
+// soma runs in processes of their own.
+var somaBin = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "soma-bin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "soma")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		return "", &exec.ExitError{Stderr: out}
+	}
+	return bin, nil
+})
+
 // startedWorker is a real soma-worker process registered under a root.
 type startedWorker struct {
 	cmd *exec.Cmd
@@ -269,10 +283,10 @@ func TestRunPlaced(t *testing.T) {
 		}
 		t.Setenv("TMPDIR", t.TempDir())
 		code, out, errOut := soma("run", empty, placedPlan(t, "local", "x"), "--python", testutil.Python())
-		if code != exitOK || !strings.Contains(out, "plan local: succeeded") {
+		if code != exitOK || !regexp.MustCompile(`plan local-[0-9a-f]{8}: succeeded`).MatchString(out) {
 			t.Fatalf("local: exit %d\n%s\n%s", code, out, errOut)
 		}
-		if !strings.Contains(errOut, "no worker has registered in") || !strings.Contains(errOut, "running plan local here") || strings.Count(errOut, "\n") != 1 {
+		if !strings.Contains(errOut, "no worker has registered in") || !regexp.MustCompile(`running plan local-[0-9a-f]{8} here`).MatchString(errOut) || strings.Count(errOut, "\n") != 1 {
 			t.Errorf("local: stderr %q, want one line saying it ran here and why", errOut)
 		}
 		t.Setenv("SOMA_PYTHON", "")
@@ -417,7 +431,7 @@ func TestRunCancelsOnLostLease(t *testing.T) {
 	}
 	done := make(chan ran, 1)
 	go func() {
-		code, out, errOut := soma("run", root, plan, "--timeout", "1s")
+		code, out, errOut := soma("run", root, plan, "--timeout", "1s", "--id", "long")
 		done <- ran{code, out, errOut}
 	}()
 	c, err := worker.NewClient(w.url, "", nil)
@@ -477,5 +491,84 @@ func TestRunPlacedWithToken(t *testing.T) {
 	}
 	if code, out, errOut := soma("run", root, placedPlan(t, "with-token"), "--token-file", tok); code != exitOK || !strings.Contains(out, "succeeded") {
 		t.Errorf("with the token: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// barrierFilter returns its input once two plans have reached it (each
+// leaves a file in dir), or after a minute: a plan that finishes proves
+// another ran beside it.
+const barrierFilter = `
+import os, time, uuid
+class Barrier:
+    def __init__(self, dir):
+        self.dir = dir
+    def forward(self, X):
+        open(os.path.join(self.dir, uuid.uuid4().hex), "w").close()
+        deadline = time.time() + 60
+        while len(os.listdir(self.dir)) < 2 and time.time() < deadline:
+            time.sleep(0.02)
+        return X
+`
+
+// TestRunSamePlanTwiceAtOnce: two soma run of one plan file at once, on
+// a worker of two slots, both succeed, under two ids. Bug (issue 15):
+// both ran under the file's id, and the worker refused the second (409,
+// a plan of that id is running) unless each was given --id.
+func TestRunSamePlanTwiceAtOnce(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root")
+	startWorker(t, root, "--worker-id", "twice", "--max-plans", "2")
+	dir, met := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "b.py"), []byte(barrierFilter), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plan := filepath.Join(dir, "twice.toml")
+	text := fmt.Sprintf("id = \"twice\"\nmode = \"forward\"\n[input]\nobject = 1\n[[nodes]]\nid = \"n\"\nfile = \"b.py\"\nclass = \"Barrier\"\n[nodes.config]\ndir = %q\n", met)
+	if err := os.WriteFile(plan, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type ran struct {
+		code        int
+		out, errOut string
+	}
+	// Two OS processes, as a study's objectives are (urfave/cli's flags
+	// are package variables: two runs in one process race).
+	bin, err := somaBin()
+	if err != nil {
+		t.Fatalf("go build soma: %v", err)
+	}
+	done := make(chan ran, 2)
+	for range 2 {
+		go func() {
+			var out, errOut strings.Builder
+			cmd := exec.Command(bin, "run", root, plan)
+			cmd.Stdout, cmd.Stderr = &out, &errOut
+			code := 0
+			if err := cmd.Run(); err != nil {
+				code = -1
+				if cmd.ProcessState != nil {
+					code = cmd.ProcessState.ExitCode()
+				}
+				errOut.WriteString(err.Error())
+			}
+			done <- ran{code, out.String(), errOut.String()}
+		}()
+	}
+	idRe := regexp.MustCompile(`plan (twice-[0-9a-f]{8}): succeeded`)
+	ids := map[string]bool{}
+	for range 2 {
+		r := <-done
+		m := idRe.FindStringSubmatch(r.out)
+		if r.code != exitOK || m == nil {
+			t.Errorf("soma run: exit %d\n%s\n%s\nwant success under twice-<suffix>", r.code, r.out, r.errOut)
+			continue
+		}
+		ids[m[1]] = true
+	}
+	if len(ids) == 2 {
+		if entries, _ := os.ReadDir(met); len(entries) != 2 {
+			t.Errorf("%d plans reached the barrier, want 2", len(entries))
+		}
+	} else if !t.Failed() {
+		t.Errorf("ids %v, want two different ones", ids)
 	}
 }

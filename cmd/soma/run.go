@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,6 +49,9 @@ WHERE IT RUNS:
 The lease on the worker's slot is kept alive while the plan runs; if it
 is lost (this machine could not reach the folder for --timeout), the plan
 is cancelled.
+Each run gets its own plan id, the plan file's id with a random suffix
+(digits-fit-1a2b3c4d; printed with the result), so the same plan file may
+run any number of times at once; --id NAME runs it under NAME exactly.
 
 EXAMPLES:
    soma run /scratch/$USER/soma examples/worker-digits/fit.toml
@@ -109,7 +114,7 @@ func newRunCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "state", Usage: "NODE=blob:sha256:... a trained state to load (repeatable; overrides the plan's [states])"},
 			&cli.StringFlag{Name: "save-dir", Usage: "write each array output to DIR/NODE.npy"},
 			&cli.StringSliceFlag{Name: "param", Usage: "NODE.KEY=VALUE: set a key of a node's [nodes.config] (repeatable; VALUE is an integer, a number, true/false, or else a string)"},
-			&cli.StringFlag{Name: "id", Usage: "run the plan under this id instead of the plan file's (a study's objective: --id NAME-{trial}.{attempt}, since a worker refuses a second plan of a running plan's id)"},
+			&cli.StringFlag{Name: "id", Usage: "run the plan under exactly this id (a study's objective: --id NAME-{trial}.{attempt}); default: the plan file's id with a random suffix, new for every run"},
 			&cli.StringFlag{Name: "score", Usage: "NODE: print output NODE (one number) as the last line of stdout, the score soma-trial reads from an objective"},
 		},
 		Action: runPlan,
@@ -160,6 +165,10 @@ func runPlan(c *cli.Context) error {
 		if !slices.Contains(p.Outputs, score) && (len(p.Outputs) > 0 || p.Nodes[len(p.Nodes)-1].ID != score) {
 			return usagef("--score %s: not an output of plan %s (add it to outputs = [...])", score, p.ID)
 		}
+	}
+	if c.String("id") == "" {
+		// After the checks above, whose messages name the file's id.
+		p.ID = runID(p.ID)
 	}
 	token := ""
 	if f := c.String("token-file"); f != "" {
@@ -225,6 +234,22 @@ func runPlan(c *cli.Context) error {
 		fmt.Fprintln(c.App.Writer, strconv.FormatFloat(x, 'g', -1, 64))
 	}
 	return nil
+}
+
+// runID returns the id of one run of the plan whose file says id: id and
+// a random suffix (32 bits), cut to the 128 characters a plan id may
+// have. Bug (issue 15): every run used the file's id, and a worker refuses
+// a plan whose id a running plan has, so running one plan file twice at
+// once failed with 409 unless each run was given --id.
+func runID(id string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	suffix := "-" + hex.EncodeToString(b[:])
+	const maxID = 128 // worker.ValidatePlan's limit
+	if len(id) > maxID-len(suffix) {
+		id = id[:maxID-len(suffix)]
+	}
+	return id + suffix
 }
 
 // applyParams sets node config keys from --param NODE.KEY=VALUE, so that

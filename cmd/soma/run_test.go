@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -84,7 +85,7 @@ func TestRun(t *testing.T) {
 	}
 
 	code, out, errOut := soma("run", "--worker", srv.URL, "--token-file", tok, plan("fit", "fit"))
-	if code != exitOK || !strings.Contains(out, "plan fit: succeeded") || !strings.Contains(out, "output s: float32[2 2] (inline, 16 bytes): 17 19 21 23") {
+	if code != exitOK || !regexp.MustCompile(`plan fit-[0-9a-f]{8}: succeeded`).MatchString(out) || !strings.Contains(out, "output s: float32[2 2] (inline, 16 bytes): 17 19 21 23") {
 		t.Fatalf("fit: exit %d\n%s\n%s", code, out, errOut)
 	}
 	ref := ""

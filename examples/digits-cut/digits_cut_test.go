@@ -148,12 +148,13 @@ func TestDigitsCut(t *testing.T) {
 	if err != nil {
 		t.Fatalf("soma run: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
 	}
+	// The run's id is the file's with a random suffix (soma run's runID).
 	for _, want := range []string{
-		"soma run: plan digits-cut.1 placed on worker cpu1 ",
-		"soma run: plan digits-cut.2 placed on worker torch1 ",
-		"soma run: nodes clf,acc ask for the client (at = { client = true }); running plan digits-cut.3 here",
+		`soma run: plan digits-cut-[0-9a-f]{8}\.1 placed on worker cpu1 `,
+		`soma run: plan digits-cut-[0-9a-f]{8}\.2 placed on worker torch1 `,
+		`soma run: nodes clf,acc ask for the client \(at = \{ client = true \}\); running plan digits-cut-[0-9a-f]{8}\.3 here`,
 	} {
-		if !strings.Contains(errOut, want) {
+		if !regexp.MustCompile(want).MatchString(errOut) {
 			t.Errorf("soma run's stderr lacks %q:\n%s", want, errOut)
 		}
 	}
