@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -217,5 +218,47 @@ func TestWarmDaemonEndsWithItsEnv(t *testing.T) {
 	run("c")
 	if got := tw.w.DaemonsStarted(); got != 2 {
 		t.Fatalf("%d daemons started, want 2: the plan after the rebuild must start one in the new env", got)
+	}
+}
+
+// TestIdleDaemonsPerSlot: by default a worker keeps as many idle daemons
+// of one environment as it has slots, so a second burst of plans as wide
+// as the first starts no Python. The default was 2 whatever the slots: a
+// worker of 3 slots then started a daemon again in every burst.
+func TestIdleDaemonsPerSlot(t *testing.T) {
+	const slots = 3
+	tw := newTestWorker(t, testOptions{maxPlans: slots})
+	burst := func(round int) map[any]bool {
+		dir := t.TempDir()
+		pids := map[any]bool{}
+		results := make(chan *Result, slots)
+		for i := range slots {
+			p := behaviourPlan(t, fmt.Sprintf("r%d-%d", round, i), "Gather")
+			p.Nodes[0].Config = map[string]any{"dir": dir, "n": slots}
+			go func() {
+				res, err := tw.w.Run(context.Background(), p)
+				if err != nil {
+					t.Error(err)
+				}
+				results <- res
+			}()
+		}
+		for range slots {
+			res := <-results
+			if res == nil {
+				t.FailNow()
+			}
+			mustSucceed(t, res)
+			pids[res.Outputs["n"].Object] = true
+		}
+		return pids
+	}
+	first := burst(1)
+	second := burst(2)
+	if len(first) != slots {
+		t.Fatalf("the first burst ran in %d daemons, want %d (one per overlapping plan)", len(first), slots)
+	}
+	if got := tw.w.DaemonsStarted(); got != slots {
+		t.Fatalf("%d daemons started over two bursts of %d plans, want %d: the second burst found only some warm (daemons %v, then %v)", got, slots, slots, first, second)
 	}
 }

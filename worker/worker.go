@@ -28,9 +28,6 @@ const (
 	// DefaultInlineLimit: outputs larger than this come back as blob
 	// references when the worker has a store.
 	DefaultInlineLimit = 1 << 20
-	// DefaultIdleDaemons is how many idle daemons are kept per
-	// environment and GPU set.
-	DefaultIdleDaemons = 2
 	// keepResults and keepBytes bound the finished results GET
 	// /plans/<id> can show: the latest 1024, holding at most 256 MiB of
 	// inline values (a worker without a store returns every output
@@ -82,7 +79,9 @@ type Options struct {
 	Tags      []string
 	// PlanTimeout (0: DefaultPlanTimeout), CancelGrace (0:
 	// DefaultCancelGrace), InlineLimit (0: DefaultInlineLimit),
-	// IdleDaemons (0: DefaultIdleDaemons).
+	// IdleDaemons (0: as many as the worker has slots, so that a burst of
+	// plans of one environment finds a warm daemon for each; idle daemons
+	// end with their env's hold, a minute after its last plan).
 	PlanTimeout time.Duration
 	CancelGrace time.Duration
 	InlineLimit int
@@ -151,12 +150,16 @@ func New(o Options) (*Worker, error) {
 	if o.InlineLimit <= 0 {
 		o.InlineLimit = DefaultInlineLimit
 	}
-	if o.IdleDaemons <= 0 {
-		o.IdleDaemons = DefaultIdleDaemons
-	}
 	maxPlans := o.Limits.MaxPlans
 	if maxPlans <= 0 {
 		maxPlans = max(o.Resources.CPUs, runtime.NumCPU())
+	}
+	if o.IdleDaemons <= 0 {
+		// It was 2 whatever the slots: on a worker of 4 slots, each
+		// burst of 4 plans ended 2 daemons and the next started 2 again,
+		// a Python start-up (numpy: ~0.1 s; torch: seconds) each; placed
+		// plans, spread over workers, paid it most (issue 15's bench).
+		o.IdleDaemons = maxPlans
 	}
 	for _, sub := range []string{"daemons", "files", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(o.WorkDir, sub), 0o755); err != nil {

@@ -93,3 +93,19 @@ class HoldGPU:
 class NaN:
     def forward(self, x):
         return {"loss": float("nan")}
+
+
+class Gather:
+    """Waits (up to a minute) until n plans have reached it, each marking
+    the folder dir, then returns its daemon's pid: plans that overlap for
+    sure, without sleeping for a guessed time."""
+
+    def __init__(self, dir, n):
+        self.dir, self.n = dir, n
+
+    def forward(self, x):
+        open(os.path.join(self.dir, str(os.getpid())), "w").close()
+        deadline = time.time() + 60
+        while len(os.listdir(self.dir)) < self.n and time.time() < deadline:
+            time.sleep(0.01)
+        return os.getpid()
