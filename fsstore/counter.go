@@ -54,6 +54,11 @@ func (c *Counter) ClaimNew(ctx context.Context, name string, d Digest, meta Meta
 	return c.S.ClaimNew(ctx, name, d, meta)
 }
 
+func (c *Counter) ClaimEphemeral(ctx context.Context, name string, d Digest, meta Meta) (bool, error) {
+	c.Claims.Add(1)
+	return c.S.ClaimEphemeral(ctx, name, d, meta)
+}
+
 func (c *Counter) Bind(ctx context.Context, name string, d Digest, meta Meta) (Bound, error) {
 	c.Binds.Add(1)
 	return c.S.Bind(ctx, name, d, meta)
@@ -100,6 +105,10 @@ func (c *Counter) Children(ctx context.Context, prefix string) ([]string, error)
 }
 
 func (c *Counter) Unbind(ctx context.Context, name string) error { return c.S.Unbind(ctx, name) }
+
+func (c *Counter) UnbindEphemeral(ctx context.Context, name string) error {
+	return c.S.UnbindEphemeral(ctx, name)
+}
 
 func (c *Counter) Touch(ctx context.Context, name string) (time.Time, error) {
 	c.Touches.Add(1)

@@ -39,7 +39,8 @@ func child(t *testing.T, role string, env ...string) *exec.Cmd {
 
 // childClaim tries to claim every name t/0..t/M-1 in a shuffled order and
 // prints the ones it won. With NEW=1 it claims t/<i>/0 by ClaimNew, so
-// that the claimers race to make each folder too.
+// that the claimers race to make each folder too; with NEW=ephemeral, by
+// ClaimEphemeral (no fsync: the same link(2) decides).
 func childClaim() int {
 	ctx := context.Background()
 	s, err := Open(os.Getenv("ROOT"), Options{Create: os.Getenv("CREATE") == "1"})
@@ -61,8 +62,11 @@ func childClaim() int {
 	w := bufio.NewWriter(os.Stdout)
 	defer w.Flush()
 	claim, suffix := s.Claim, ""
-	if os.Getenv("NEW") == "1" {
+	switch os.Getenv("NEW") {
+	case "1":
 		claim, suffix = s.ClaimNew, "/0"
+	case "ephemeral":
+		claim = s.ClaimEphemeral
 	}
 	for _, i := range order {
 		won, err := claim(ctx, "t/"+strconv.Itoa(i)+suffix, d, Meta{{"pid", me}})
@@ -83,6 +87,7 @@ func TestClaimRaceProcesses(t *testing.T) {
 	}{
 		{"Claim", "0", ""},
 		{"ClaimNew", "1", "/0"}, // each name in a folder the claimers make
+		{"ClaimEphemeral", "ephemeral", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) { testClaimRaceProcesses(t, tc.new, tc.suffix) })
 	}

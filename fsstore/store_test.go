@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -570,4 +571,36 @@ func TestSealAndProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	probe("t/0/0", Present)
+}
+
+// TestEphemeralClaimUnbind: ClaimEphemeral and UnbindEphemeral are Claim
+// and Unbind without the fsyncs: the record reads back the same, a second
+// claim loses, and once unbound the name can be claimed again.
+func TestEphemeralClaimUnbind(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	d, err := s.Put(ctx, []byte("lease"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "leases/w1/0"
+	for round := range 3 {
+		won, err := s.ClaimEphemeral(ctx, name, d, Meta{{"round", strconv.Itoa(round)}})
+		if err != nil || !won {
+			t.Fatalf("round %d: claim = %v, %v; want won", round, won, err)
+		}
+		if won, err := s.ClaimEphemeral(ctx, name, d, nil); err != nil || won {
+			t.Fatalf("round %d: second claim = %v, %v; want lost", round, won, err)
+		}
+		b, err := s.Resolve(ctx, name)
+		if err != nil || b.Digest != d || b.Meta.Value("round") != strconv.Itoa(round) {
+			t.Fatalf("round %d: resolve = %+v, %v", round, b, err)
+		}
+		if err := s.UnbindEphemeral(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.UnbindEphemeral(ctx, name); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("round %d: second unbind = %v, want ErrNotFound", round, err)
+		}
+	}
 }

@@ -17,6 +17,14 @@ import (
 // with no lock and no server, by any number of placers on any number of
 // machines sharing the folder.
 //
+// A lease and its end markers are claimed and unbound without fsyncs
+// (fsstore.ClaimEphemeral, UnbindEphemeral): nothing here needs them to
+// outlive a crash. A crash that loses one is the crash of every process
+// that held it (a local disk) or of a file server, which NFS makes commit
+// a link or an unlink before it replies; a lease whose record's bytes
+// were lost reads as corrupt and is ended like a stale one. And a worker
+// never runs more plans than its slots whatever the leases say.
+//
 // A lease is the name leases/<worker>/<slot>, bound by Claim (link(2)):
 // exactly one claimer binds it. Its record's meta carries a nonce, new for
 // every claim, that names this incarnation of the lease, and its mtime is
@@ -147,9 +155,11 @@ type leaseStore interface {
 	Now(ctx context.Context) (time.Time, error)
 	Scan(ctx context.Context, prefix string) ([]fsstore.Bound, []*fsstore.CorruptError, error)
 	Put(ctx context.Context, b []byte) (fsstore.Digest, error)
-	Claim(ctx context.Context, name string, d fsstore.Digest, meta fsstore.Meta) (bool, error)
+	// Leases and their end markers are claimed and unbound without
+	// fsyncs (fsstore.ClaimEphemeral says why that is safe for them).
+	ClaimEphemeral(ctx context.Context, name string, d fsstore.Digest, meta fsstore.Meta) (bool, error)
 	Resolve(ctx context.Context, name string) (fsstore.Bound, error)
-	Unbind(ctx context.Context, name string) error
+	UnbindEphemeral(ctx context.Context, name string) error
 	Touch(ctx context.Context, name string) (time.Time, error)
 }
 
@@ -186,7 +196,7 @@ func claimLease(ctx context.Context, store leaseStore, w WorkerID, slot int, sta
 		Set(leaseMetaGPUs, strconv.Itoa(req.GPUs)).
 		Set(leaseMetaCPUs, strconv.Itoa(req.CPUs)).
 		Set(leaseMetaMemory, strconv.FormatUint(req.Memory, 10))
-	won, err := store.Claim(ctx, name, d, meta)
+	won, err := store.ClaimEphemeral(ctx, name, d, meta)
 	if err != nil {
 		return Lease{}, false, fmt.Errorf("worker: lease %s: %w", name, err)
 	}
@@ -209,7 +219,7 @@ func endLease(ctx context.Context, store leaseStore, name, nonce string, timeout
 	}
 	for k := 0; ; k++ {
 		marker := name + ".end." + key + "." + strconv.Itoa(k)
-		won, err := store.Claim(ctx, marker, d, nil)
+		won, err := store.ClaimEphemeral(ctx, marker, d, nil)
 		if err != nil {
 			return fmt.Errorf("worker: end lease %s: %w", name, err)
 		}
@@ -218,20 +228,20 @@ func endLease(ctx context.Context, store leaseStore, name, nonce string, timeout
 			switch {
 			case err == nil:
 				if got, _ := b.Meta.Get(leaseMetaNonce); got == nonce {
-					if err := store.Unbind(ctx, name); err != nil && !errors.Is(err, fsstore.ErrNotFound) {
+					if err := store.UnbindEphemeral(ctx, name); err != nil && !errors.Is(err, fsstore.ErrNotFound) {
 						return fmt.Errorf("worker: end lease %s: %w", name, err)
 					}
 				}
 			case isCorrupt(err):
 				if nonce == "" {
-					if err := store.Unbind(ctx, name); err != nil && !errors.Is(err, fsstore.ErrNotFound) {
+					if err := store.UnbindEphemeral(ctx, name); err != nil && !errors.Is(err, fsstore.ErrNotFound) {
 						return fmt.Errorf("worker: end lease %s: %w", name, err)
 					}
 				}
 			case !errors.Is(err, fsstore.ErrNotFound):
 				return fmt.Errorf("worker: end lease %s: %w", name, err)
 			}
-			if err := store.Unbind(ctx, marker); err != nil && !errors.Is(err, fsstore.ErrNotFound) {
+			if err := store.UnbindEphemeral(ctx, marker); err != nil && !errors.Is(err, fsstore.ErrNotFound) {
 				return fmt.Errorf("worker: end lease %s: %w", name, err)
 			}
 			return nil
@@ -356,7 +366,7 @@ func releaseHeld(ctx context.Context, store leaseStore, l Lease, timeout time.Du
 	if got, _ := b.Meta.Get(leaseMetaNonce); got != l.Nonce {
 		return nil // another placer's lease now: ours ended
 	}
-	if err := store.Unbind(ctx, name); err != nil && !errors.Is(err, fsstore.ErrNotFound) {
+	if err := store.UnbindEphemeral(ctx, name); err != nil && !errors.Is(err, fsstore.ErrNotFound) {
 		return fmt.Errorf("worker: release %s: %w", name, err)
 	}
 	return nil
