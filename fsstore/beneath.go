@@ -109,9 +109,20 @@ func (s *Store) openBeneath(rel string, flags int, mode uint32) (int, error) {
 // (dirAlive) and the name is then opened by its path. A link at the leaf
 // is not followed: O_NOFOLLOW (ELOOP, or with O_PATH the link itself, as
 // openBeneath's fallback gives it).
+//
+// Except right after a Bind into the folder: a leaf missing from a folder
+// that the last write through it renamed a record into is believed
+// missing without the fstat of dirAlive (a GETATTR on NFS; issue 18: one
+// of a trial's 31 operations, at the look for a retry after its result).
+// A folder is removed only once empty, so had it been removed since, the
+// record just bound in it would have been removed first: the look would
+// then answer for a name whose sibling is gone, where the look by path
+// answers for a folder made anew since, which holds no later attempt of
+// a trial unless a whole claim, and a retry of it, were made there in
+// between.
 func (s *Store) openName(name string, flags int) (int, error) {
 	dir, leaf := nameDir(name)
-	pfd, ok := s.fds.dirs.take(dir)
+	pfd, ok, written := s.fds.dirs.takeWritten(dir)
 	if !ok {
 		if fd, err, done := s.openNameUp(name, flags); done {
 			return fd, err
@@ -119,7 +130,7 @@ func (s *Store) openName(name string, flags int) (int, error) {
 		return s.openBeneath("names/"+name, flags, 0)
 	}
 	fd, err := openatRetry(pfd, leaf, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil && goneDir(err) && !dirAlive(pfd) {
+	if err != nil && goneDir(err) && !written && !dirAlive(pfd) {
 		unix.Close(pfd)
 		return s.openBeneath("names/"+name, flags, 0)
 	}

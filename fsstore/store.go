@@ -639,8 +639,9 @@ func (s *Store) bind(ctx context.Context, name string, d Digest, meta Meta, mode
 		return Bound{}, fmt.Errorf("bind %s: %w", name, err)
 	}
 	// Kept open after a Seal too: the trial loop looks next for a retry
-	// of the attempt it sealed, in the same folder (openName).
-	s.fds.dirs.put(dir, pfd)
+	// of the attempt it sealed, in the same folder (openName), which
+	// then needs no proof that the folder is still there (putWritten).
+	s.fds.dirs.putWritten(dir, pfd)
 	return Bound{Name: name, Digest: d, Meta: meta, Time: tmp.mtime}, nil
 }
 
