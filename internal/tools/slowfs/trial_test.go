@@ -27,20 +27,25 @@ var (
 	// trialOps is what one more trial costs at P=1, by kind: soma-trial
 	// over a fresh study of trialsMore trials, minus one of trialsFew,
 	// divided by the difference (so the once-per-run costs, opening the
-	// store and the study, cancel out). 30 in all: the claim and the
+	// store and the study, cancel out). 28 in all: the claim and the
 	// result 21 (each a temp file created and fsynced, then linked or
 	// renamed into the trial's folder, which is fsynced; the claim makes
 	// that folder, the result stats its temp file for the server's
 	// time), the look for a later attempt after the result 1 (a LOOKUP
 	// relative to the folder the result was just renamed into), the work
-	// folder made and removed 4, the objective's logs 4. Before the look
+	// folder made and removed 4, the objective's logs 2 (the objective's
+	// own fstat of its stdout, glibc's before its first write, and the
+	// GETATTR that comes with soma-trial's read of stdout's tail, for
+	// the score). Before the files' ends were learned from the offset of
+	// the descriptor the objective wrote through (objective.readTail):
+	// 30, with a stat of each file more. Before the look
 	// believed a name missing from the folder a Bind had just written in
 	// (fsstore's openName): 31, with a GETATTR of that folder more, to
 	// tell a missing name from a removed folder. Before the empty curve's
 	// blob was reused (study.BlobReuse): 35, with a LOOKUP, a GETATTR, a
 	// SETATTR and its LOOKUP more.
 	trialOps = map[string]float64{
-		"LOOKUP": 12, "GETATTR": 5, "CREATE": 2, "FSYNC": 2, "FSYNCDIR": 2,
+		"LOOKUP": 12, "GETATTR": 3, "CREATE": 2, "FSYNC": 2, "FSYNCDIR": 2,
 		"MKDIR": 2, "OPENDIR": 1, "LINK": 1, "RENAME": 1, "RMDIR": 1,
 		"UNLINK": 1,
 	}
