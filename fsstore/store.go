@@ -736,8 +736,9 @@ func (s *Store) probe(name string) (Presence, error) {
 	// An O_PATH open and fstat rather than lstat(2), which would follow a
 	// link in a folder above the name: a sealed-looking file behind a
 	// link would count as an ended trial nobody reads. On NFS an O_PATH
-	// open sends nothing to the server (no OPEN); the fstat is the
-	// GETATTR that lstat would send.
+	// open sends nothing to the server (no OPEN), and the mode comes from
+	// the attributes the lookup of the leaf brought (modeCached), where an
+	// fstat would send a GETATTR.
 	fd, err := s.openName(name, unix.O_PATH)
 	switch {
 	case isForeign(err):
@@ -754,7 +755,7 @@ func (s *Store) probe(name string) (Presence, error) {
 		return Missing, fmt.Errorf("probe %s: %w", name, err)
 	}
 	var st unix.Stat_t
-	err = fstatRaw(fd, &st)
+	err = modeCached(fd, &st)
 	unix.Close(fd)
 	switch {
 	case err != nil:
@@ -834,6 +835,14 @@ func (s *Store) readRecordOnce(name string) (Bound, error) {
 		return Bound{}, fmt.Errorf("resolve %s: open %s: %w", name, path, err)
 	}
 	defer unix.Close(fd)
+	var buf [recordBuf]byte
+	if n, stx, ok := readCached(fd, buf[:]); ok {
+		d, meta, err := decodeRecord(buf[:n])
+		if err != nil {
+			return Bound{}, &CorruptError{Name: name, Path: path, Err: err}
+		}
+		return Bound{Name: name, Digest: d, Meta: meta, Time: time.Unix(stx.Mtime.Sec, int64(stx.Mtime.Nsec))}, nil
+	}
 	var st unix.Stat_t
 	if err := fstatRaw(fd, &st); err != nil {
 		return Bound{}, fmt.Errorf("resolve %s: stat %s: %w", name, path, replaced(err))
@@ -844,7 +853,6 @@ func (s *Store) readRecordOnce(name string) (Bound, error) {
 	if foreignMode(st.Mode) {
 		return Bound{}, &CorruptError{Name: name, Path: path, Err: ErrForeign}
 	}
-	var buf [1024]byte
 	b := buf[:0]
 	if st.Size >= int64(len(buf)) {
 		b = make([]byte, 0, st.Size+1)
