@@ -120,11 +120,13 @@ func (s *Store) openBeneath(rel string, flags int, mode uint32) (int, error) {
 // answers for a folder made anew since, which holds no later attempt of
 // a trial unless a whole claim, and a retry of it, were made there in
 // between.
-func (s *Store) openName(name string, flags int) (int, error) {
+//
+// look: the open is for a look (Probe), not a read: see openNameUp.
+func (s *Store) openName(name string, flags int, look bool) (int, error) {
 	dir, leaf := nameDir(name)
 	pfd, ok, written := s.fds.dirs.takeWritten(dir)
 	if !ok {
-		if fd, err, done := s.openNameUp(name, flags); done {
+		if fd, err, done := s.openNameUp(name, flags, look); done {
 			return fd, err
 		}
 		return s.openBeneath("names/"+name, flags, 0)
@@ -143,7 +145,16 @@ func (s *Store) openName(name string, flags int) (int, error) {
 // (Beneath.open): two lookups where the path has more. done false: the
 // name has no such folder, it cannot be opened, or it was removed; the
 // caller then opens name by its path.
-func (s *Store) openNameUp(name string, flags int) (fd int, err error, done bool) {
+//
+// With look (Probe), a folder below found missing is believed missing
+// without that fstat too: Probe is a look, never a decision (the claim
+// or the read that follows decides), and it is the look before each
+// claim of a number others may have taken (study's claimNew, once
+// contended) and each look for a change to a study (refreshChanges):
+// issue 18, a GETATTR each, ~1 a trial at P=8 on internal/tools/slowfs.
+// A kept folder removed meanwhile is then noticed, and set aside, by the
+// next read or write through it.
+func (s *Store) openNameUp(name string, flags int, look bool) (fd int, err error, done bool) {
 	i := strings.LastIndexByte(name, '/')
 	if i < 0 {
 		return -1, nil, false
@@ -171,7 +182,7 @@ func (s *Store) openNameUp(name string, flags int) (fd int, err error, done bool
 	sub, leaf := rel[:i-j-1], name[i+1:]
 	dfd, err := b.open(sub, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
-		if goneDir(err) && !dirAlive(ufd) {
+		if goneDir(err) && !look && !dirAlive(ufd) {
 			s.fds.up.drop(up, ufd)
 			return -1, nil, false
 		}

@@ -739,7 +739,7 @@ func (s *Store) probe(name string) (Presence, error) {
 	// open sends nothing to the server (no OPEN), and the mode comes from
 	// the attributes the lookup of the leaf brought (modeCached), where an
 	// fstat would send a GETATTR.
-	fd, err := s.openName(name, unix.O_PATH)
+	fd, err := s.openName(name, unix.O_PATH, true)
 	switch {
 	case isForeign(err):
 		ce := s.foreign(name, Digest{}, "names/"+name)
@@ -824,7 +824,7 @@ func (s *Store) readRecord(name string) (Bound, error) {
 // readRecordOnce is one try of readRecord.
 func (s *Store) readRecordOnce(name string) (Bound, error) {
 	path := s.namePath(name)
-	fd, err := s.openName(name, unix.O_RDONLY|unix.O_NONBLOCK)
+	fd, err := s.openName(name, unix.O_RDONLY|unix.O_NONBLOCK, false)
 	if err != nil {
 		if isForeign(err) {
 			return Bound{}, s.foreign(name, Digest{}, "names/"+name)
