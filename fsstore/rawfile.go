@@ -110,54 +110,17 @@ func renameat(fromDir int, from string, toDir int, to string) error {
 	}
 }
 
-// recordBuf is how much readCached reads of a record in one pread: more
-// than the records soma writes (a trial's record is a few hundred bytes).
-const recordBuf = 4096
-
-// readCached reads a record's file, fd, whole with one pread and then
-// its attributes as the read left them: statx with AT_STATX_DONT_SYNC,
-// which answers from the attributes the client holds, sending nothing
-// to the file server. ok false: the file did not fit in b, or is not a
-// regular file, or the held size is not what was read; the caller then
-// fstats and reads (the reader of old).
-//
-// The attributes held are the server's, and no older than the open: NFS
-// revalidates them at the open (close-to-open) and, without attribute
-// caching (noac), again at the read; a FUSE client at the lookup of the
-// leaf and at the read (AUTO_INVAL_DATA); neither client stamps a time of
-// its own on a file (both set S_NOCMTIME). So the mtime is the file
-// server's, as an fstat after the open gives it where the attributes are
-// cached (acregmin): the server-time rule (DESIGN: open, then fstat)
-// holds. What it saves is the fstat's GETATTR where nothing is cached
-// (issue 18: 1 of the 5 file-server operations of a record read on
-// internal/tools/slowfs; each process reads each trial that the others
-// ran, so 7 a trial at P=8). A record's bytes never change once it has a
-// name (a rebind is a new file), so a size that matches the bytes read
-// is the end of the file; only its mtime moves (Touch), and a time from
-// the open is the time a reader that opened a moment later would see.
-func readCached(fd int, b []byte) (n int, st unix.Statx_t, ok bool) {
-	var err error
-	for {
-		n, err = unix.Pread(fd, b, 0)
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
-	if err != nil || n >= len(b) {
-		return 0, st, false
-	}
-	const want = unix.STATX_TYPE | unix.STATX_MODE | unix.STATX_SIZE | unix.STATX_MTIME
-	for {
-		err = unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_DONT_SYNC, want, &st)
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
-	if err != nil || st.Mask&want != want || uint32(st.Mode)&unix.S_IFMT != unix.S_IFREG || st.Size != uint64(n) {
-		return 0, st, false
-	}
-	return n, st, true
-}
+// A record's read stays open, fstat, read: its size and mtime come from
+// the file server, never from the attributes the client holds. Tried
+// (issue 18): one pread, then statx(AT_STATX_DONT_SYNC), to save the
+// fstat's GETATTR where nothing is cached. It read truncated records on
+// internal/tools/slowfs (fsstore's TestKillWriterNeverTears, 1 run in 4):
+// a client can hold one file's attributes for another (go-fuse's loopback
+// tells files apart by inode number and birth time, which a reused inode
+// number repeats within a clock tick), and only a GETATTR on the open
+// file says what it holds. modeCached below is kept: Probe takes only
+// presence and type from it, which such a mix-up cannot change (the
+// type is part of what a node is keyed by).
 
 // modeCached fills st.Mode of the file fd (O_PATH will do) from the
 // attributes the client holds (statx with AT_STATX_DONT_SYNC: no round

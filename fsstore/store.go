@@ -835,14 +835,6 @@ func (s *Store) readRecordOnce(name string) (Bound, error) {
 		return Bound{}, fmt.Errorf("resolve %s: open %s: %w", name, path, err)
 	}
 	defer unix.Close(fd)
-	var buf [recordBuf]byte
-	if n, stx, ok := readCached(fd, buf[:]); ok {
-		d, meta, err := decodeRecord(buf[:n])
-		if err != nil {
-			return Bound{}, &CorruptError{Name: name, Path: path, Err: err}
-		}
-		return Bound{Name: name, Digest: d, Meta: meta, Time: time.Unix(stx.Mtime.Sec, int64(stx.Mtime.Nsec))}, nil
-	}
 	var st unix.Stat_t
 	if err := fstatRaw(fd, &st); err != nil {
 		return Bound{}, fmt.Errorf("resolve %s: stat %s: %w", name, path, replaced(err))
@@ -853,6 +845,7 @@ func (s *Store) readRecordOnce(name string) (Bound, error) {
 	if foreignMode(st.Mode) {
 		return Bound{}, &CorruptError{Name: name, Path: path, Err: ErrForeign}
 	}
+	var buf [1024]byte
 	b := buf[:0]
 	if st.Size >= int64(len(buf)) {
 		b = make([]byte, 0, st.Size+1)

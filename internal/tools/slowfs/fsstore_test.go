@@ -141,12 +141,12 @@ func waitFor(path string) error {
 	return fmt.Errorf("%s did not appear in 60 s", path)
 }
 
-// A record's time is the mtime the file server holds when it is read,
-// even where the reader takes it from the attributes its client holds
-// rather than asking with an fstat (fsstore's readCached, issue 18): a
-// time set on the server behind the client's back (as another machine's
-// Touch would) is what the next read gives, through a mount that caches
-// nothing, as NFS with noac.
+// A record's time is the mtime the file server holds when it is read
+// (DESIGN: the server-time rule), whatever the client holds of the file:
+// a time set on the server behind the client's back (as another
+// machine's Touch would) is what the next read gives, through a mount
+// that caches nothing, as NFS with noac. (Issue 18 weighed taking the
+// time from the attributes the client holds: see fsstore's rawfile.go.)
 func TestReadTimeIsTheServers(t *testing.T) {
 	m, backing := mount(t)
 	root := filepath.Join(m.Dir(), "root")
