@@ -162,8 +162,12 @@ type Result struct {
 	Curve    []Step // the reports, in order (Options.LastStepOnly: the last one)
 	PrunedAt int64  // the step at which it was pruned
 	// Reason explains Failed (and says how other outcomes came about).
-	Reason     string
-	ExitCode   int // -1 if killed by a signal
+	Reason   string
+	ExitCode int // -1 if killed by a signal
+	// StderrTail is stderr's last 4 KiB. Where stderr is a file (the
+	// logs), it is read back only for a Failed outcome, the one that
+	// keeps it (issue 18: a read costs the file server a round trip);
+	// empty otherwise.
 	StderrTail string
 	Duration   time.Duration
 	Argv       []string // after substitution
