@@ -109,17 +109,30 @@ func (s *Store) openBeneath(rel string, flags int, mode uint32) (int, error) {
 // (dirAlive) and the name is then opened by its path. A link at the leaf
 // is not followed: O_NOFOLLOW (ELOOP, or with O_PATH the link itself, as
 // openBeneath's fallback gives it).
-func (s *Store) openName(name string, flags int) (int, error) {
+//
+// Except right after a Bind into the folder: a leaf missing from a folder
+// that the last write through it renamed a record into is believed
+// missing without the fstat of dirAlive (a GETATTR on NFS; issue 18: one
+// of a trial's 31 operations, at the look for a retry after its result).
+// A folder is removed only once empty, so had it been removed since, the
+// record just bound in it would have been removed first: the look would
+// then answer for a name whose sibling is gone, where the look by path
+// answers for a folder made anew since, which holds no later attempt of
+// a trial unless a whole claim, and a retry of it, were made there in
+// between.
+//
+// look: the open is for a look (Probe), not a read: see openNameUp.
+func (s *Store) openName(name string, flags int, look bool) (int, error) {
 	dir, leaf := nameDir(name)
-	pfd, ok := s.fds.dirs.take(dir)
+	pfd, ok, written := s.fds.dirs.takeWritten(dir)
 	if !ok {
-		if fd, err, done := s.openNameUp(name, flags); done {
+		if fd, err, done := s.openNameUp(name, flags, look); done {
 			return fd, err
 		}
 		return s.openBeneath("names/"+name, flags, 0)
 	}
 	fd, err := openatRetry(pfd, leaf, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil && goneDir(err) && !dirAlive(pfd) {
+	if err != nil && goneDir(err) && !written && !dirAlive(pfd) {
 		unix.Close(pfd)
 		return s.openBeneath("names/"+name, flags, 0)
 	}
@@ -132,7 +145,16 @@ func (s *Store) openName(name string, flags int) (int, error) {
 // (Beneath.open): two lookups where the path has more. done false: the
 // name has no such folder, it cannot be opened, or it was removed; the
 // caller then opens name by its path.
-func (s *Store) openNameUp(name string, flags int) (fd int, err error, done bool) {
+//
+// With look (Probe), a folder below found missing is believed missing
+// without that fstat too: Probe is a look, never a decision (the claim
+// or the read that follows decides), and it is the look before each
+// claim of a number others may have taken (study's claimNew, once
+// contended) and each look for a change to a study (refreshChanges):
+// issue 18, a GETATTR each, ~1 a trial at P=8 on internal/tools/slowfs.
+// A kept folder removed meanwhile is then noticed, and set aside, by the
+// next read or write through it.
+func (s *Store) openNameUp(name string, flags int, look bool) (fd int, err error, done bool) {
 	i := strings.LastIndexByte(name, '/')
 	if i < 0 {
 		return -1, nil, false
@@ -160,7 +182,7 @@ func (s *Store) openNameUp(name string, flags int) (fd int, err error, done bool
 	sub, leaf := rel[:i-j-1], name[i+1:]
 	dfd, err := b.open(sub, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
-		if goneDir(err) && !dirAlive(ufd) {
+		if goneDir(err) && !look && !dirAlive(ufd) {
 			s.fds.up.drop(up, ufd)
 			return -1, nil, false
 		}

@@ -30,15 +30,28 @@ type dirCache struct {
 	mu    sync.Mutex
 	fds   map[string]int
 	order []string // cached folders, oldest first
+	// written holds the cached folders that a rename into them (Bind)
+	// put back, until they are taken again: see takeWritten.
+	written map[string]bool
 }
 
 // take returns the cached descriptor of the folder rel, removing it from
 // the cache, or false.
 func (c *dirCache) take(rel string) (int, bool) {
+	fd, ok, _ := c.takeWritten(rel)
+	return fd, ok
+}
+
+// takeWritten is take that also says whether the descriptor was put back
+// by putWritten, by the write that used it last: a rename into the folder
+// succeeded then, so the folder was in the tree then.
+func (c *dirCache) takeWritten(rel string) (fd int, ok, written bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	fd, ok := c.fds[rel]
+	fd, ok = c.fds[rel]
 	if ok {
+		written = c.written[rel]
+		delete(c.written, rel)
 		delete(c.fds, rel)
 		for i, r := range c.order {
 			if r == rel {
@@ -47,7 +60,20 @@ func (c *dirCache) take(rel string) (int, bool) {
 			}
 		}
 	}
-	return fd, ok
+	return fd, ok, written
+}
+
+// putWritten is put for a folder that a rename into it has just
+// succeeded in (Store.bind): the next takeWritten says so.
+func (c *dirCache) putWritten(rel string, fd int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.putLocked(rel, fd) {
+		if c.written == nil {
+			c.written = make(map[string]bool)
+		}
+		c.written[rel] = true
+	}
 }
 
 // put caches fd as the folder rel, closing the oldest cached one beyond
@@ -55,9 +81,15 @@ func (c *dirCache) take(rel string) (int, bool) {
 func (c *dirCache) put(rel string, fd int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.putLocked(rel, fd)
+}
+
+// putLocked is put with c.mu held; it reports whether fd was cached (and
+// not closed because rel was cached already).
+func (c *dirCache) putLocked(rel string, fd int) bool {
 	if _, ok := c.fds[rel]; ok {
 		unix.Close(fd)
-		return
+		return false
 	}
 	if c.fds == nil {
 		c.fds = make(map[string]int)
@@ -73,7 +105,9 @@ func (c *dirCache) put(rel string, fd int) {
 		c.order = c.order[1:]
 		unix.Close(c.fds[old])
 		delete(c.fds, old)
+		delete(c.written, old)
 	}
+	return true
 }
 
 // closeAll closes every cached descriptor.
@@ -83,7 +117,7 @@ func (c *dirCache) closeAll() {
 	for _, fd := range c.fds {
 		unix.Close(fd)
 	}
-	c.fds, c.order = nil, nil
+	c.fds, c.order, c.written = nil, nil, nil
 }
 
 // dirAlive reports whether the folder fd is still in the tree: false once

@@ -109,3 +109,38 @@ func renameat(fromDir int, from string, toDir int, to string) error {
 		}
 	}
 }
+
+// A record's read stays open, fstat, read: its size and mtime come from
+// the file server, never from the attributes the client holds. Tried
+// (issue 18): one pread, then statx(AT_STATX_DONT_SYNC), to save the
+// fstat's GETATTR where nothing is cached. It read truncated records on
+// internal/tools/slowfs (fsstore's TestKillWriterNeverTears, 1 run in 4):
+// a client can hold one file's attributes for another (go-fuse's loopback
+// tells files apart by inode number and birth time, which a reused inode
+// number repeats within a clock tick), and only a GETATTR on the open
+// file says what it holds. modeCached below is kept: Probe takes only
+// presence and type from it, which such a mix-up cannot change (the
+// type is part of what a node is keyed by).
+
+// modeCached fills st.Mode of the file fd (O_PATH will do) from the
+// attributes the client holds (statx with AT_STATX_DONT_SYNC: no round
+// trip), else by fstat. Only for the mode, which a file keeps for life
+// (soma never chmods a record; a rebind is a new file): the attributes
+// held are those of this very file, brought by the lookup that found it
+// (a LOOKUP on NFS and FUSE, whose reply carries them), however old the
+// rest of them may be. Issue 18: the GETATTR of each Probe.
+func modeCached(fd int, st *unix.Stat_t) error {
+	var stx unix.Statx_t
+	const want = unix.STATX_TYPE | unix.STATX_MODE
+	for {
+		err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_DONT_SYNC, want, &stx)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err == nil && stx.Mask&want == want {
+			st.Mode = uint32(stx.Mode)
+			return nil
+		}
+		return fstatRaw(fd, st)
+	}
+}

@@ -674,8 +674,9 @@ func (s *Store) bind(ctx context.Context, name string, d Digest, meta Meta, mode
 		return Bound{}, fmt.Errorf("bind %s: %w", name, err)
 	}
 	// Kept open after a Seal too: the trial loop looks next for a retry
-	// of the attempt it sealed, in the same folder (openName).
-	s.fds.dirs.put(dir, pfd)
+	// of the attempt it sealed, in the same folder (openName), which
+	// then needs no proof that the folder is still there (putWritten).
+	s.fds.dirs.putWritten(dir, pfd)
 	return Bound{Name: name, Digest: d, Meta: meta, Time: tmp.mtime}, nil
 }
 
@@ -770,9 +771,10 @@ func (s *Store) probe(name string) (Presence, error) {
 	// An O_PATH open and fstat rather than lstat(2), which would follow a
 	// link in a folder above the name: a sealed-looking file behind a
 	// link would count as an ended trial nobody reads. On NFS an O_PATH
-	// open sends nothing to the server (no OPEN); the fstat is the
-	// GETATTR that lstat would send.
-	fd, err := s.openName(name, unix.O_PATH)
+	// open sends nothing to the server (no OPEN), and the mode comes from
+	// the attributes the lookup of the leaf brought (modeCached), where an
+	// fstat would send a GETATTR.
+	fd, err := s.openName(name, unix.O_PATH, true)
 	switch {
 	case isForeign(err):
 		ce := s.foreign(name, Digest{}, "names/"+name)
@@ -788,7 +790,7 @@ func (s *Store) probe(name string) (Presence, error) {
 		return Missing, fmt.Errorf("probe %s: %w", name, err)
 	}
 	var st unix.Stat_t
-	err = fstatRaw(fd, &st)
+	err = modeCached(fd, &st)
 	unix.Close(fd)
 	switch {
 	case err != nil:
@@ -857,7 +859,7 @@ func (s *Store) readRecord(name string) (Bound, error) {
 // readRecordOnce is one try of readRecord.
 func (s *Store) readRecordOnce(name string) (Bound, error) {
 	path := s.namePath(name)
-	fd, err := s.openName(name, unix.O_RDONLY|unix.O_NONBLOCK)
+	fd, err := s.openName(name, unix.O_RDONLY|unix.O_NONBLOCK, false)
 	if err != nil {
 		if isForeign(err) {
 			return Bound{}, s.foreign(name, Digest{}, "names/"+name)

@@ -58,6 +58,18 @@ type PackOptions struct {
 	// processes each one looked at the others' ~875 trials and wrote an
 	// overlapping pack of ~1000.)
 	Own bool
+	// Running is Own for a pack made while the trial loop runs, after
+	// each trial (soma-trial): it reads and writes nothing unless this
+	// Study has ended at least MinRecords trials (zero: 16) since it last
+	// packed its own, and other processes share the study (it lost a
+	// race for a number, or knows of a trial it did not end). Issue 18:
+	// at the end of a budget shared by P processes, each learned of every
+	// trial the others ran by reading its record, 4 file-server
+	// operations each, P-1 times per trial (28 of a trial's ~60 at P=8);
+	// a pack written every 16 trials is read once per process instead.
+	// Alone on a study, a process packs at the end only (Own): nobody
+	// would read its packs meanwhile.
+	Running bool
 	// MergeFanIn: when this many packs of one level exist, they are merged
 	// into one pack of the next level. Zero means 8. With the defaults a
 	// study of 100k trials is held in fewer than 30 packs.
@@ -271,6 +283,19 @@ func strictlyByNumber(recs []Record) bool {
 // 'soma gc' or 'soma status' may too.
 func (s *Study) Pack(ctx context.Context, opts PackOptions) (PackReport, error) {
 	var rep PackReport
+	if opts.Running {
+		opts.Own = true
+		if opts.MinRecords <= 0 {
+			opts.MinRecords = 16
+		}
+		s.mu.Lock()
+		shared := s.contended || len(s.idx.endedList()) > s.idx.mineCount()
+		due := s.ownSincePack >= opts.MinRecords
+		s.mu.Unlock()
+		if !shared || !due {
+			return rep, nil
+		}
+	}
 	switch {
 	case opts.MinRecords > 0:
 	case opts.Own:
@@ -302,6 +327,11 @@ func (s *Study) Pack(ctx context.Context, opts PackOptions) (PackReport, error) 
 			return rep, err
 		}
 		rep.Packed = len(fresh)
+		if opts.Own {
+			s.mu.Lock()
+			s.ownSincePack = 0
+			s.mu.Unlock()
+		}
 	}
 	// Merge full levels, lowest first; a merge may fill the next level.
 	for level := 0; ; level++ {

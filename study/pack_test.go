@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/soma-hpc/soma/fsstore"
@@ -277,6 +278,70 @@ func TestPackOwn(t *testing.T) {
 	}
 	if rep, err := b.Pack(ctx, PackOptions{Own: true, MinRecords: 10}); err != nil || rep.Packed != mine[b] || rep.Packs != 2 {
 		t.Fatalf("b: Pack(Own) = %+v, %v; want its %d trials in a second pack", rep, err, mine[b])
+	}
+	samePackedAndUnpacked(t, st, "s")
+}
+
+// Pack with Running, which soma-trial calls after each trial (issue 18),
+// does nothing at all (no file-server call) for a process alone on its
+// study, nor before it has ended 16 trials since its last pack; once
+// another process shares the study, it packs its own ended trials every
+// 16, so that the other reads one pack instead of each record.
+func TestPackRunning(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := recStore(t)
+	recOpen(t, st, "s", recSpec(t, recContinuous, "minimize", "random", "none", 200), 0)
+	c := fsstore.NewCounter(st)
+	a := recOpen(t, c, "s", nil, 0)
+	packs := func(s *Study) int {
+		t.Helper()
+		c.Reset()
+		rep, err := s.Pack(ctx, PackOptions{Running: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.Packed
+	}
+	quiet := func(what string) {
+		t.Helper()
+		for _, n := range []*atomic.Int64{&c.Scans, &c.Lists, &c.Resolves, &c.Stats, &c.BlobGets, &c.Puts, &c.Claims, &c.Binds, &c.Touches, &c.Nows} {
+			if n.Load() != 0 {
+				t.Fatalf("%s: Pack(Running) called the store, want no call", what)
+			}
+		}
+	}
+	for i := range 40 {
+		runOneDone(t, a)
+		if n := packs(a); n != 0 {
+			t.Fatalf("alone, after trial %d: Pack(Running) packed %d trials, want none", i, n)
+		}
+		quiet("alone")
+	}
+	// Another process joins and runs 20 trials; a learns of them.
+	b := recOpen(t, st, "s", nil, 0)
+	for range 20 {
+		runOneDone(t, b)
+	}
+	if _, err := a.snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// a has ended 40 trials since it packed last (never): the next
+	// Pack packs them; then nothing until 16 more.
+	if n := packs(a); n != 40 {
+		t.Fatalf("shared: Pack(Running) packed %d trials, want a's 40", n)
+	}
+	for i := range 16 {
+		runOneDone(t, a)
+		n := packs(a)
+		switch {
+		case i < 15 && n != 0:
+			t.Fatalf("shared, %d trials after a pack: packed %d, want none before 16", i+1, n)
+		case i < 15:
+			quiet("shared, before 16 trials")
+		case n != 16:
+			t.Fatalf("shared, 16 trials after a pack: packed %d, want 16", n)
+		}
 	}
 	samePackedAndUnpacked(t, st, "s")
 }

@@ -383,6 +383,7 @@ func (r *Run) finish(ctx context.Context, state State, score float64, scores []f
 			r.s.mu.Lock()
 			r.s.addFinal(rec)
 			r.s.idx.markMine(r.number)
+			r.s.ownSincePack++
 			r.s.mu.Unlock()
 		}
 	}

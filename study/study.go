@@ -186,7 +186,10 @@ type Study struct {
 	curves    map[fsstore.Digest]curveBlob
 	packs     packCache
 	contended bool // this process lost a race for a new trial number
-	noPacks   bool // test seam: read every trial from its folder
+	// ownSincePack: trials this Study ended since it last wrote a pack
+	// of its own (Pack with Own), for Pack with Running.
+	ownSincePack int
+	noPacks      bool // test seam: read every trial from its folder
 
 	// last: what the last full look found, which quick looks reuse for a
 	// while (reuseLook). The numbers learned since are in idx.

@@ -185,6 +185,9 @@ func (x *trialIndex) resort() {
 // markMine notes that this Study ended trial n itself.
 func (x *trialIndex) markMine(n int) { x.mine[n] = true }
 
+// mineCount is how many trials this Study ended itself.
+func (x *trialIndex) mineCount() int { return len(x.mine) }
+
 // isMine reports whether this Study ended trial n itself.
 func (x *trialIndex) isMine(n int) bool { return x.mine[n] }
 

@@ -162,8 +162,12 @@ type Result struct {
 	Curve    []Step // the reports, in order (Options.LastStepOnly: the last one)
 	PrunedAt int64  // the step at which it was pruned
 	// Reason explains Failed (and says how other outcomes came about).
-	Reason     string
-	ExitCode   int // -1 if killed by a signal
+	Reason   string
+	ExitCode int // -1 if killed by a signal
+	// StderrTail is stderr's last 4 KiB. Where stderr is a file (the
+	// logs), it is read back only for a Failed outcome, the one that
+	// keeps it (issue 18: a read costs the file server a round trip);
+	// empty otherwise.
 	StderrTail string
 	Duration   time.Duration
 	Argv       []string // after substitution
@@ -265,7 +269,7 @@ func EnvName(knob string) string {
 // the pipes could not be made; everything the objective does wrong is a
 // Failed result. ctx cancellation stops the objective like StopSignal
 // with SIGTERM.
-func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
+func Run(ctx context.Context, o Options, stop <-chan Stop) (res Result, err error) {
 	start := time.Now()
 	if o.Grace <= 0 {
 		o.Grace = 10 * time.Second
@@ -374,7 +378,7 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	clean := false
 	defer func() { g.release(clean) }()
 
-	res := Result{Argv: argv, ExitCode: -1, StdoutEnd: -1, StderrEnd: -1}
+	res = Result{Argv: argv, ExitCode: -1, StdoutEnd: -1, StderrEnd: -1}
 	reps := &reports{onReport: o.OnReport, lastOnly: o.LastStepOnly, verdicts: verdicts, pruneAt: make(chan int64, 1)}
 	// One goroutine reads the reports; another reads the objective's exit
 	// status from the guard, then waits for the guard, which ends once
@@ -425,13 +429,22 @@ func Run(ctx context.Context, o Options, stop <-chan Stop) (Result, error) {
 	// The attempt ends with the objective's whole tree (the guard gives
 	// what it left running LeftoverGrace, then SIGTERM, then SIGKILL).
 	<-guardDone
-	if errFile != nil {
-		res.StderrEnd = readTail(errFile, errStart, tail)
-	}
-	res.StderrTail = tail.String()
 	if outFile != nil {
 		res.StdoutEnd = readTail(outFile, outStart, last)
 	}
+	if errFile != nil {
+		// stderr's tail is read back only for an outcome that keeps it
+		// (Failed; see errTail); its end, for the log index, is the
+		// descriptor's offset otherwise.
+		res.StderrEnd = offsetEnd(errFile, errStart)
+		defer func() {
+			if res.Outcome == Failed || res.StderrEnd < 0 {
+				res.StderrEnd = readTail(errFile, errStart, tail)
+				res.StderrTail = tail.String()
+			}
+		}()
+	}
+	res.StderrTail = tail.String()
 	if werr.err == nil && werr.ws.Exited() {
 		res.ExitCode = werr.ws.ExitStatus()
 	}
@@ -835,10 +848,84 @@ var devNullOnce = sync.OnceValues(func() (*os.File, error) { return os.Open(os.D
 // devNull is /dev/null, opened once for every objective's stdin.
 func devNull() (*os.File, error) { return devNullOnce() }
 
+// The ends of the objective's output files are learned from the
+// descriptor it wrote through, which it shares with this process: each of
+// its writes (O_APPEND: at the file's end) leaves the shared offset where
+// it ended, and lseek(SEEK_CUR) reads the offset without asking the file
+// server, where a stat is a GETATTR on NFS. Issue 18: the stats of both
+// files after each attempt were 2 of a trial's 31 file-server operations
+// (and a third came with the read of stdout's tail, which now proves the
+// end it read up to instead).
+//
+// The offset misses only what reached a file another way: written
+// through a descriptor of its own (an objective that opens /dev/stdout
+// anew), or by a process that escaped the objective's tree after it
+// exited. stdout is read up to its real end anyway (readTail), as its
+// last line is the score. stderr is read back only when the outcome keeps
+// its tail (Failed); otherwise its end goes only into the log index, where
+// such bytes land in the next attempt's range, as an escaped process's
+// output always did.
+
+// offsetEnd returns f's offset (see above), or -1 if it is unknown or
+// before start (something moved it back: ask the file instead).
+func offsetEnd(f *os.File, start int64) int64 {
+	end, err := f.Seek(0, io.SeekCurrent)
+	if err != nil || end < start {
+		return -1
+	}
+	return end
+}
+
+// tailSlack is how far past the offset readTail reads to prove it is the
+// file's end.
+const tailSlack = 4096
+
 // readTail writes what f holds past start, up to its last 8 KiB, to w:
 // enough for the last line (lastLine keeps 4 KiB of one). It returns f's
-// size, -1 if its stat failed.
+// size, -1 if unknown.
+//
+// Where the objective wrote through f (its offset is past start), one
+// pread from the offset's last 8 KiB up to tailSlack past it reads the
+// tail and proves the end: a read of a regular file that returns fewer
+// bytes than asked stopped at its end. (os.File.ReadAt would read again
+// to see io.EOF: one more GETATTR on NFS.) A file longer than that, or
+// one the objective did not write through f, is stat'ed.
 func readTail(f *os.File, start int64, w io.Writer) int64 {
+	if end := offsetEnd(f, start); end > start {
+		from := max(start, end-8192)
+		b := make([]byte, end-from+tailSlack)
+		k, err := preadOnce(f, b, from)
+		if err == nil && k >= end-from && k < int64(len(b)) {
+			_, _ = w.Write(b[:k])
+			return from + k
+		}
+	}
+	return statTail(f, start, w)
+}
+
+// preadOnce is one pread(2) of f into b at off.
+func preadOnce(f *os.File, b []byte, off int64) (int64, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var k int
+	var rerr error
+	if err := rc.Read(func(fd uintptr) bool {
+		for {
+			k, rerr = syscall.Pread(int(fd), b, off)
+			if rerr != syscall.EINTR {
+				return true
+			}
+		}
+	}); err != nil {
+		return 0, err
+	}
+	return int64(k), rerr
+}
+
+// statTail is readTail by the file's size, as a stat gives it.
+func statTail(f *os.File, start int64, w io.Writer) int64 {
 	st, err := f.Stat()
 	if err != nil {
 		return -1

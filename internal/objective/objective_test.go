@@ -741,8 +741,10 @@ func TestEndsKnown(t *testing.T) {
 	if r.Outcome != Done || r.Score != 0.25 {
 		t.Errorf("outcome %s score %v, want done 0.25 (the last line after the known end 4)", r.Outcome, r.Score)
 	}
-	if r.StderrTail != "old warning\nwarn\n" {
-		t.Errorf("stderr tail %q, want %q (from the known end 0)", r.StderrTail, "old warning\nwarn\n")
+	// A done run's stderr is not read back (issue 18): only a failed
+	// one keeps its tail.
+	if r.StderrTail != "" {
+		t.Errorf("stderr tail %q of a done run, want none", r.StderrTail)
 	}
 	if r.StdoutEnd != 9 || r.StderrEnd != 17 {
 		t.Errorf("ends stdout %d stderr %d, want 9 17 (the files' sizes)", r.StdoutEnd, r.StderrEnd)
@@ -751,5 +753,50 @@ func TestEndsKnown(t *testing.T) {
 	r = run(t, Options{Argv: []string{"/bin/true"}, Stdout: out, Stderr: errf}, nil)
 	if r.HasScore || r.StdoutEnd != 9 || r.StderrEnd != 17 {
 		t.Errorf("unknown ends: score %v (has %v), ends %d %d, want no score, ends 9 17", r.Score, r.HasScore, r.StdoutEnd, r.StderrEnd)
+	}
+	// A failed run's stderr tail runs from the known end.
+	r = run(t, Options{
+		Argv: []string{"/bin/sh", "-c", "echo bad >&2; exit 3"}, Stdout: out, Stderr: errf,
+		EndsKnown: true, StdoutEnd: 9, StderrEnd: 12,
+	}, nil)
+	if r.Outcome != Failed || r.StderrTail != "warn\nbad\n" || r.StderrEnd != 21 {
+		t.Errorf("failed run: outcome %s, stderr tail %q, end %d; want failed, %q, 21", r.Outcome, r.StderrTail, r.StderrEnd, "warn\nbad\n")
+	}
+}
+
+// The ends of the output files come from the descriptor the objective
+// wrote through (its offset, which costs no file-server round trip; issue
+// 18), but output that reached a file through a descriptor of its own
+// must still count: stdout's last line is the score. An objective that
+// opens /dev/stdout anew writes past the shared offset.
+func TestOutputPastTheOffset(t *testing.T) {
+	for _, tc := range []struct {
+		name, script string
+		want         float64
+		end          int64
+	}{
+		{"only through its own descriptor", "echo 0.75 >>/dev/stdout", 0.75, 5},
+		{"after a line through the shared one", "echo 1; echo 0.75 >>/dev/stdout", 0.75, 7},
+		{"before a line through the shared one", "echo 0.75 >>/dev/stdout; echo 1", 1, 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			var fs [2]*os.File
+			for i, name := range []string{"out", "err"} {
+				f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o666)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { f.Close() })
+				fs[i] = f
+			}
+			r := run(t, Options{
+				Argv: []string{"/bin/sh", "-c", tc.script}, Stdout: fs[0], Stderr: fs[1],
+				EndsKnown: true,
+			}, nil)
+			if r.Outcome != Done || r.Score != tc.want || r.StdoutEnd != tc.end {
+				t.Errorf("outcome %s score %v stdout end %d, want done %v %d (%s)", r.Outcome, r.Score, r.StdoutEnd, tc.want, tc.end, r.Reason)
+			}
+		})
 	}
 }

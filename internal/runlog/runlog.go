@@ -57,12 +57,13 @@ func Dir(root, studyName string) string { return filepath.Join(root, "logs", stu
 // The files' ends are kept in the process rather than asked of the file
 // server at each mark (a seek to the end of an O_APPEND file is a
 // GETATTR on NFS): the end of one attempt's output, as the objective
-// package stats it to read the tails (objective.Result.StdoutEnd), is the
-// end mark and the next attempt's start, and objective.Run is told it
-// (Options.EndsKnown). Bug (issue 18): each attempt sought both files'
-// ends four times (start mark, the objective's start, the tails, end
-// mark): 8 of a trial's ~41 file-server operations, where 2 (the stats
-// after the objective, which only the file can answer) suffice. Nothing
+// package learns it (objective.Result.StdoutEnd: from the offset of the
+// descriptor the objective wrote through, proved by the read of stdout's
+// tail), is the end mark and the next attempt's start, and objective.Run
+// is told it (Options.EndsKnown). Bug (issue 18): each attempt sought
+// both files' ends four times (start mark, the objective's start, the
+// tails, end mark): 8 of a trial's ~41 file-server operations; then the
+// two stats after the objective were 2 of 30, now none. Nothing
 // else writes a worker's files between its attempts: the names carry
 // host, pid and worker, and the objective's whole tree has exited
 // (objective.Run waits for it) before its end is read. A process that

@@ -97,6 +97,7 @@ type loop struct {
 	logs  map[int]*runlog.Writer      // per worker, opened on its first trial
 	env   []string                    // the objectives' base environment, read once
 
+	packing sync.Mutex  // held by the worker making a pack while the loop runs (packRunning)
 	stopped atomic.Bool // a signal arrived
 	signal  syscall.Signal
 	taken   atomic.Int64
@@ -894,7 +895,23 @@ func (l *loop) record(ctx context.Context, w int, run *study.Run, res objective.
 	} else if state == study.StateDone || state == study.StatePruned {
 		l.sameFailure("")
 	}
+	l.packRunning(rctx)
 	return nil
+}
+
+// packRunning packs the trials this process ended, while the loop runs,
+// where other processes share the study (study.PackOptions.Running: each
+// of them then reads one pack rather than each record; nothing is done,
+// and nothing read, otherwise). One worker at a time: another's attempt
+// finds the pack being made and goes on. A failure costs only speed.
+func (l *loop) packRunning(ctx context.Context) {
+	if !l.packing.TryLock() {
+		return
+	}
+	defer l.packing.Unlock()
+	if _, err := l.st.Pack(ctx, study.PackOptions{Running: true}); err != nil {
+		l.logf("soma-trial: warning: packing ended trials failed (views stay correct, only slower): %v", err)
+	}
 }
 
 // sameFailures is how many of a process's first trials must fail the

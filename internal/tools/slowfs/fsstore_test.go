@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
 	"github.com/soma-hpc/soma/internal/testutil"
@@ -59,6 +60,27 @@ func helper(mode string) int {
 			}
 		}
 		return 0
+	case "times":
+		// One record read three times, its file's mtime set on the
+		// server (the backing folder) before each: each read must give
+		// the time set last (TestReadTimeIsTheServers).
+		for _, want := range strings.Fields(os.Getenv("TIMES")) {
+			if err := waitFor(stop + "." + want); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			b, err := s.Resolve(ctx, "a/0")
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			fmt.Println(b.Time.Unix())
+			if err := os.WriteFile(stop+".read."+want, nil, 0o644); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		}
+		return 0
 	}
 	fmt.Fprintf(os.Stderr, "unknown helper %q\n", mode)
 	return 2
@@ -106,4 +128,64 @@ func TestReadWhileRebound(t *testing.T) {
 		t.Errorf("reader: %v\n%s", rerr, rout)
 	}
 	t.Logf("writer: %s", strings.TrimSpace(wout.String()))
+}
+
+// waitFor waits until the file path exists (a step of another process).
+func waitFor(path string) error {
+	for range 6000 {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not appear in 60 s", path)
+}
+
+// A record's time is the mtime the file server holds when it is read
+// (DESIGN: the server-time rule), whatever the client holds of the file:
+// a time set on the server behind the client's back (as another
+// machine's Touch would) is what the next read gives, through a mount
+// that caches nothing, as NFS with noac. (Issue 18 weighed taking the
+// time from the attributes the client holds: see fsstore's rawfile.go.)
+func TestReadTimeIsTheServers(t *testing.T) {
+	m, backing := mount(t)
+	root := filepath.Join(m.Dir(), "root")
+	steps := filepath.Join(t.TempDir(), "step")
+	init := testutil.Child(t, "init", "ROOT="+root)
+	if out, err := init.CombinedOutput(); err != nil {
+		t.Fatalf("init: %v\n%s", err, out)
+	}
+	times := []int64{1000000000, 1500000000, 1200000000}
+	var list []string
+	for _, x := range times {
+		list = append(list, fmt.Sprint(x))
+	}
+	c := testutil.Child(t, "times", "ROOT="+root, "STOP="+steps, "TIMES="+strings.Join(list, " "))
+	out := new(strings.Builder)
+	c.Stdout, c.Stderr = out, out
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	record := filepath.Join(backing, "root", "names", "a", "0")
+	for _, x := range list {
+		var sec int64
+		fmt.Sscan(x, &sec)
+		if err := os.Chtimes(record, time.Unix(sec, 0), time.Unix(sec, 0)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(steps+"."+x, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitFor(steps + ".read." + x); err != nil {
+			c.Process.Kill()
+			c.Wait()
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	if err := c.Wait(); err != nil {
+		t.Fatalf("reader: %v\n%s", err, out)
+	}
+	if got, want := strings.Fields(out.String()), list; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("times read = %v, want %v (the mtimes set on the server before each read)", got, want)
+	}
 }
