@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -105,6 +106,7 @@ func newRunCommand() *cli.Command {
 		Description: runDescription,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "worker", Usage: "send the plan straight to this worker, http://HOST:PORT (no placement)", EnvVars: []string{"SOMA_WORKER"}},
+			&cli.DurationFlag{Name: "wait-worker", Usage: "with --worker: how long to wait for a worker that does not listen yet (just started)", Value: 15 * time.Second},
 			&cli.StringFlag{Name: "coordinator", Usage: "place the plan through this soma-coordinator, http://HOST:PORT", EnvVars: []string{"SOMA_COORDINATOR"}},
 			&cli.StringFlag{Name: "token-file", Usage: "file holding the workers' (and coordinator's) bearer token (mode 600)", EnvVars: []string{"SOMA_TOKEN_FILE"}},
 			&cli.StringFlag{Name: "root", Usage: "with --worker or --coordinator: the workers' --root, if this machine sees it too: files and large outputs go through it"},
@@ -203,6 +205,9 @@ func runPlan(c *cli.Context) error {
 			return runLocally(c, store, sp, "nodes "+nodeList(sp)+" ask for the client (at = { client = true })")
 		}
 		if direct != "" {
+			if err := waitForWorker(ctx, direct, c.Duration("wait-worker"), c.App.ErrWriter); err != nil {
+				return nil, err
+			}
 			return runOn(ctx, direct, token, store, sp, nil)
 		}
 		return placeAndRun(c, store, coord, token, sp)
@@ -351,6 +356,38 @@ func runOn(ctx context.Context, url, token string, store *fsstore.Store, p *work
 		return nil, fmt.Errorf("plan %s cancelled: %w", p.ID, lostErr)
 	}
 	return res, err
+}
+
+// waitForWorker waits up to limit for something to listen at url, saying
+// once that it waits: a worker started in the background a moment ago
+// (soma-worker ... &, then soma run --worker) may not listen yet, and the
+// run used to fail at once with "connection refused". Only a refused
+// connection is waited out; any other answer or error is left to the run.
+func waitForWorker(ctx context.Context, url string, limit time.Duration, errw io.Writer) error {
+	client, err := worker.NewClient(url, "", nil)
+	if err != nil {
+		return usageError{err}
+	}
+	deadline := time.Now().Add(limit)
+	said := false
+	for {
+		_, err := client.Health(ctx)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("nothing listens at %s (waited %s): start soma-worker there, or check --worker (%w)", url, limit, err)
+		}
+		if !said {
+			fmt.Fprintf(errw, "soma run: nothing listens at %s yet; waiting up to %s for the worker (--wait-worker)\n", url, limit)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // placeAndRun places p through the folder (store) or a coordinator, runs

@@ -2,12 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
 	"github.com/soma-hpc/soma/internal/testutil"
@@ -130,5 +132,61 @@ func TestRun(t *testing.T) {
 	}
 	if code, _, errOut := soma("run", plan("y", "fit")); code != exitUsage || !strings.Contains(errOut, "--worker") {
 		t.Fatalf("no --worker: exit %d, %q", code, errOut)
+	}
+}
+
+// TestRunWaitsForWorker: soma run --worker waits (--wait-worker) for a
+// worker that does not listen yet, as after "soma-worker ... &", and says
+// so; with nothing listening by then, it fails naming the address. Bug:
+// it failed at once with "connection refused", which the README's own
+// two lines (start the worker in the background, then run) hit on a
+// loaded machine.
+func TestRunWaitsForWorker(t *testing.T) {
+	testutil.NeedPython(t, "numpy")
+	dir := t.TempDir()
+	envs, err := worker.NewEnvPool(worker.EnvOptions{Dir: filepath.Join(dir, "envs"), Python: testutil.Python()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(worker.Options{Envs: envs, Python: testutil.Python(), WorkDir: filepath.Join(dir, "work")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	os.WriteFile(filepath.Join(dir, "f.py"), []byte(runFilters), 0o644)
+	planFile := filepath.Join(dir, "p.toml")
+	text := strings.Replace(strings.Replace(runPlanText, "%s", "p", 1), "%s", "fit", 1)
+	os.WriteFile(planFile, []byte(text), 0o644)
+
+	// An address where nothing listens (yet).
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+
+	code, out, errOut := soma("run", "--worker", "http://"+addr, "--wait-worker", "1s", planFile)
+	if code == exitOK || !strings.Contains(errOut, "nothing listens at http://"+addr+" yet; waiting up to 1s") || !strings.Contains(errOut, "nothing listens at http://"+addr+" (waited 1s)") {
+		t.Fatalf("nothing listening: exit %d\n%s\n%s", code, out, errOut)
+	}
+
+	srv := httptest.NewUnstartedServer(worker.NewServer(w, "").Handler())
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		time.Sleep(time.Second) // the worker starts after the run
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		srv.Listener = l
+		srv.Start()
+	}()
+	defer func() { <-started; srv.Close() }()
+	code, out, errOut = soma("run", "--worker", "http://"+addr, "--wait-worker", "2m", planFile)
+	if code != exitOK || !strings.Contains(out, ": succeeded") {
+		t.Fatalf("worker started late: exit %d\n%s\n%s", code, out, errOut)
 	}
 }
