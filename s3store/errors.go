@@ -117,8 +117,12 @@ func definite(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
+	// The SDK wraps a failed send in a ResponseError too, with status 0:
+	// only a status is an answer. (Bug, found by TestClaimLostReply: a
+	// claim whose reply was cut off returned the EOF as an error, and
+	// the trial it had won was never run.)
 	var re *awshttp.ResponseError
-	if errors.As(err, &re) {
+	if errors.As(err, &re) && re.HTTPStatusCode() != 0 {
 		return true
 	}
 	return unreachable(err)
