@@ -57,6 +57,7 @@ var roles = map[string]role{
 	"internal/admin":     product,
 	"internal/objective": product,
 	"internal/report":    product,
+	"internal/rootstore": product,
 	"internal/runlog":    product,
 	"internal/status":    product,
 	"internal/submit":    product,
@@ -87,8 +88,9 @@ var internalImports = map[string][]string{
 	"internal/admin":     {},
 	"internal/objective": {},
 	"internal/report":    {"internal/status"},
+	"internal/rootstore": {},
 	"internal/runlog":    {},
-	"internal/status":    {"internal/runlog"},
+	"internal/status":    {"internal/runlog", "internal/rootstore"},
 	"internal/submit":    {"internal/objective"},
 	"internal/trialrun":  {"internal/objective", "internal/runlog"},
 
