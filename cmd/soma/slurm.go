@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/rootstore"
 	"github.com/soma-hpc/soma/internal/status"
 	"github.com/soma-hpc/soma/internal/submit"
 	"github.com/soma-hpc/soma/slurm"
@@ -149,7 +150,11 @@ func newSlurmCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					list, err := submit.Jobs(c.Context, st.FS(), name, submit.JobsOptions{Offline: c.Bool("offline"), FromRecords: true})
+					fs, err := rootstore.NeedFolder(st.Backend(), "soma slurm jobs")
+					if err != nil {
+						return err
+					}
+					list, err := submit.Jobs(c.Context, fs, name, submit.JobsOptions{Offline: c.Bool("offline"), FromRecords: true})
 					if err != nil {
 						return err
 					}
