@@ -12,8 +12,9 @@ import (
 	"github.com/soma-hpc/soma/study"
 )
 
-// TestStatusOnBucket: soma status and soma report read a study kept in
-// a bucket as they read a folder; soma gc refuses the bucket, naming it.
+// TestStatusOnBucket: soma status reads a study kept in a bucket as it
+// reads a folder, and soma extend changes it; soma gc refuses the
+// bucket, as do rm, logs and workers, naming it.
 func TestStatusOnBucket(t *testing.T) {
 	srv := testutil.NeedS3(t)
 	srv.Setenv(t)
@@ -50,8 +51,23 @@ func TestStatusOnBucket(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, root) {
 		t.Errorf("soma status --json: exit %d\n%s%s\nwant the root named", code, out, errs)
 	}
-	code, _, errs = soma("gc", root)
-	if code == exitOK || !strings.Contains(errs, root) || !strings.Contains(errs, "bucket") {
-		t.Errorf("soma gc %s: exit %d, %s; want a refusal naming the bucket", root, code, errs)
+	code, out, errs = soma("extend", root, "--study", "lr", "--budget", "5")
+	if code != exitOK {
+		t.Errorf("soma extend %s: exit %d\n%s%s", root, code, out, errs)
+	}
+	if st, err := study.Open(ctx, s, "lr", nil, study.Options{}); err != nil || st.Budget() != 5 {
+		t.Errorf("after soma extend --budget 5: %v; want budget 5", err)
+	}
+	// The commands that work on files refuse the bucket, naming it.
+	for _, args := range [][]string{
+		{"gc", root},
+		{"rm", root, "--study", "lr"},
+		{"logs", root, "--study", "lr", "0"},
+		{"workers", root},
+	} {
+		code, _, errs = soma(args...)
+		if code == exitOK || !strings.Contains(errs, root) || !strings.Contains(errs, "bucket") {
+			t.Errorf("soma %s: exit %d, %s; want a refusal naming the bucket", strings.Join(args, " "), code, errs)
+		}
 	}
 }
