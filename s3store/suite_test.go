@@ -59,7 +59,7 @@ func impls() []impl {
 		},
 		{
 			name:  "bucket",
-			fresh: freshPrefix,
+			fresh: func(t *testing.T) string { return freshPrefix(t) },
 			rawPut: func(t *testing.T, root, rel string, b []byte) {
 				c, bucket, prefix := raw(t, root)
 				_, err := c.PutObject(context.Background(), &s3.PutObjectInput{Bucket: &bucket, Key: aws.String(prefix + rel), Body: bytes.NewReader(b)})
@@ -87,7 +87,7 @@ func impls() []impl {
 // freshPrefix returns s3://<test bucket>/<new prefix>, sets the server's
 // settings in the environment (the store reads them as the AWS CLI
 // does), and removes what the test left under the prefix at its end.
-func freshPrefix(t *testing.T) string {
+func freshPrefix(t testing.TB) string {
 	srv := testutil.NeedS3(t)
 	srv.Setenv(t)
 	var b [6]byte

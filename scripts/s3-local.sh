@@ -62,7 +62,7 @@ binary() {
 	[[ -n $gobin ]] || gobin=$(go env GOPATH)/bin
 	if [[ ! -x $gobin/versitygw ]]; then
 		say "building versitygw $VERSION (go install; a few minutes the first time)"
-		(cd / && GOFLAGS=-mod=mod go install "github.com/versity/versitygw/cmd/versitygw@$VERSION") >&2 ||
+		(cd / && go install "github.com/versity/versitygw/cmd/versitygw@$VERSION") >&2 ||
 			die "go install github.com/versity/versitygw/cmd/versitygw@$VERSION failed (see above)"
 	fi
 	echo "$gobin/versitygw"
