@@ -81,7 +81,8 @@ type Options struct {
 	// asked one name at a time is not usable (seed 004).
 	Parallelism int
 	// Config is the AWS configuration. Nil loads it as the AWS CLI does
-	// (environment, then ~/.aws/config and ~/.aws/credentials).
+	// (environment, then ~/.aws/config and ~/.aws/credentials). Its
+	// HTTP client and checksum settings are replaced (see Open).
 	Config *aws.Config
 	// Endpoint, when set, replaces the configured endpoint (tests put a
 	// proxy in front of the server with it).
