@@ -63,30 +63,49 @@ func (s *Store) explain(op, key string, err error) error {
 	if errors.As(err, &ae) {
 		code = ae.ErrorCode()
 	}
+	// Each message is written for a person; the error still wraps the
+	// sentinel and the SDK's error, whose status definite reads. (Bug,
+	// found when the 409 test still passed with the 409 branch disabled:
+	// the SDK's error was formatted with %v, so a 409, an unreachable
+	// endpoint or a refusal read as a lost reply and was retried by
+	// reading back, 10 times for an endpoint that was down.)
+	wrap := func(sentinel error, format string, args ...any) error {
+		return &explainedError{msg: fmt.Sprintf(format, args...), errs: []error{sentinel, err}}
+	}
 	switch {
 	case status == http.StatusPreconditionFailed || code == "PreconditionFailed":
-		return fmt.Errorf("%s: %w", what, errPrecondition)
+		return wrap(errPrecondition, "%s: %v", what, errPrecondition)
 	case status == http.StatusConflict && code != "BucketAlreadyExists" && code != "BucketAlreadyOwnedByYou":
-		return fmt.Errorf("%s: %w: %v", what, errConflict, err)
+		return wrap(errConflict, "%s: %v: %v", what, errConflict, err)
 	case status == http.StatusNotImplemented || code == "NotImplemented":
-		return fmt.Errorf("%s: %w: %v", what, errNotImplemented, err)
+		return wrap(errNotImplemented, "%s: %v: %v", what, errNotImplemented, err)
 	case code == "NoSuchBucket":
-		return fmt.Errorf("%s: %w: bucket %q does not exist at %s (create it, or check the bucket in %s and AWS_ENDPOINT_URL)", what, ErrNoBucket, s.bucket, s.endpoint, s.root)
+		return wrap(ErrNoBucket, "%s: %v: bucket %q does not exist at %s (create it, or check the bucket in %s and AWS_ENDPOINT_URL)", what, ErrNoBucket, s.bucket, s.endpoint, s.root)
 	case code == "NoSuchKey" || code == "NotFound" || status == http.StatusNotFound && code == "":
 		// A HEAD's 404 has no body, so no code: key or bucket? The
 		// bucket was there when the store was opened.
-		return fmt.Errorf("%s: %w", what, fsstore.ErrNotFound)
+		return wrap(fsstore.ErrNotFound, "%s: %v", what, fsstore.ErrNotFound)
 	case code == "RequestTimeTooSkewed" || code == "RequestExpired":
-		return fmt.Errorf("%s: %w: %s refused this machine's clock (SigV4 allows 15 minutes); set the clock right (NTP): %v", what, ErrClockSkew, s.endpoint, err)
+		return wrap(ErrClockSkew, "%s: %v: %s refused this machine's clock (SigV4 allows 15 minutes); set the clock right (NTP): %v", what, ErrClockSkew, s.endpoint, err)
 	case code == "InvalidAccessKeyId" || code == "SignatureDoesNotMatch" || code == "InvalidToken" || code == "ExpiredToken":
-		return fmt.Errorf("%s: %w: %s refused the credentials (%s): check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) or the profile", what, ErrAccessDenied, s.endpoint, code)
+		return wrap(ErrAccessDenied, "%s: %v: %s refused the credentials (%s): check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) or the profile", what, ErrAccessDenied, s.endpoint, code)
 	case code == "AccessDenied" || status == http.StatusForbidden:
-		return fmt.Errorf("%s: %w: %s refused it (%s): the credentials lack s3:GetObject, s3:PutObject, s3:DeleteObject or s3:ListBucket on %s", what, ErrAccessDenied, s.endpoint, codeOr(code, status), s.root)
+		return wrap(ErrAccessDenied, "%s: %v: %s refused it (%s): the credentials lack s3:GetObject, s3:PutObject, s3:DeleteObject or s3:ListBucket on %s", what, ErrAccessDenied, s.endpoint, codeOr(code, status), s.root)
 	case unreachable(err):
-		return fmt.Errorf("%s: %w: %s: %v (check AWS_ENDPOINT_URL, and that the server runs: scripts/s3-local.sh status for the local one)", what, ErrUnreachable, s.endpoint, rootCause(err))
+		return wrap(ErrUnreachable, "%s: %v: %s: %v (check AWS_ENDPOINT_URL, and that the server runs: scripts/s3-local.sh status for the local one)", what, ErrUnreachable, s.endpoint, rootCause(err))
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
+
+// explainedError is an error explained for a person (explain) that
+// still wraps its sentinel and the SDK's error.
+type explainedError struct {
+	msg  string
+	errs []error
+}
+
+func (e *explainedError) Error() string   { return e.msg }
+func (e *explainedError) Unwrap() []error { return e.errs }
 
 func codeOr(code string, status int) string {
 	if code != "" {
