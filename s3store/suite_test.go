@@ -93,7 +93,7 @@ func freshPrefix(t testing.TB) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	root := "s3://" + srv.Bucket + "/t-" + hex.EncodeToString(b[:])
-	t.Cleanup(func() { removePrefix(t, root) })
+	srv.RemoveAtEnd(t, root)
 	return root
 }
 
@@ -115,22 +115,6 @@ func raw(t testing.TB, root string) (*s3.Client, string, string) {
 		Credentials:  credentials.NewStaticCredentialsProvider(srv.AccessKey, srv.SecretKey, ""),
 	})
 	return c, bucket, prefix
-}
-
-func removePrefix(t testing.TB, root string) {
-	c, bucket, prefix := raw(t, root)
-	ctx := context.Background()
-	p := s3.NewListObjectsV2Paginator(c, &s3.ListObjectsV2Input{Bucket: &bucket, Prefix: &prefix})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			t.Logf("cleanup of %s: %v", root, err)
-			return
-		}
-		for _, o := range page.Contents {
-			_, _ = c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &bucket, Key: o.Key})
-		}
-	}
 }
 
 // eachStore runs test once per implementation, on a new store.

@@ -28,6 +28,7 @@ func bucketEnv(t *testing.T) (env, []string) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	e.root = "s3://" + srv.Bucket + "/trial-" + hex.EncodeToString(b[:])
+	srv.RemoveAtEnd(t, e.root)
 	local := filepath.Join(t.TempDir(), "local")
 	return e, append(srv.Env(), "STEPS=1", "SOMA_TEST_LOCAL="+local)
 }

@@ -22,6 +22,7 @@ func TestStatusOnBucket(t *testing.T) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	root := "s3://" + srv.Bucket + "/status-" + hex.EncodeToString(b[:])
+	srv.RemoveAtEnd(t, root)
 	s, err := rootstore.Open(ctx, root, rootstore.Options{Create: true})
 	if err != nil {
 		t.Fatal(err)

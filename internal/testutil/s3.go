@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"bufio"
+	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -9,6 +10,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
 // S3 is the S3 server tests use: scripts/s3-local.sh's versitygw, or any
@@ -128,4 +133,40 @@ func findS3() (S3, string) {
 	}
 	resp.Body.Close()
 	return s, ""
+}
+
+// RemoveAtEnd removes every key under root (s3://bucket/prefix) when t
+// ends, so that tests leave the test bucket as they found it. A failure
+// is logged, not fatal: the keys are only litter.
+func (s S3) RemoveAtEnd(t testing.TB, root string) {
+	t.Helper()
+	rest, ok := strings.CutPrefix(root, "s3://")
+	bucket, prefix, _ := strings.Cut(rest, "/")
+	if !ok || bucket == "" || prefix == "" {
+		t.Fatalf("RemoveAtEnd(%q): want s3://bucket/prefix", root)
+	}
+	prefix = strings.TrimSuffix(prefix, "/") + "/"
+	t.Cleanup(func() {
+		ctx := context.Background()
+		c := s3.New(s3.Options{
+			Region:       s.Region,
+			BaseEndpoint: aws.String(s.Endpoint),
+			UsePathStyle: true,
+			Credentials:  credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, ""),
+		})
+		p := s3.NewListObjectsV2Paginator(c, &s3.ListObjectsV2Input{Bucket: &bucket, Prefix: &prefix})
+		for p.HasMorePages() {
+			page, err := p.NextPage(ctx)
+			if err != nil {
+				t.Logf("removing %s: %v", root, err)
+				return
+			}
+			for _, o := range page.Contents {
+				if _, err := c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &bucket, Key: o.Key}); err != nil {
+					t.Logf("removing %s: %v", root, err)
+					return
+				}
+			}
+		}
+	})
 }
