@@ -8,13 +8,13 @@
 #      with the objective /bin/echo 1, on the bucket and on a folder.
 # Goal: soma within 1.3x of the raw requests.
 #
-#   bash scripts/bench-s3.sh                       # COUNT=5, N=200, P in 1 4 8
+#   bash scripts/bench-s3.sh                       # COUNT=4 (even: each side first as often), N=200, P in 1 4 8
 #   COUNT=3 N=100 PS="1 8" bash scripts/bench-s3.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 GO=${GO:-go}
-COUNT=${COUNT:-5}
+COUNT=${COUNT:-4}
 N=${N:-200}
 PS=${PS:-1 4 8}
 
