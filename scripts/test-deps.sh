@@ -48,3 +48,8 @@ if [ -x scripts/slurm-local.sh ] || [ -f scripts/slurm-local.sh ]; then
   # anything. A bigger cluster is kept; a 1-node one is restarted once.
   bash scripts/slurm-local.sh start --min-nodes 2
 fi
+
+# A local S3 server (versitygw) with a test bucket, for the bucket store's
+# tests (s3store, and soma-trial on s3://): idempotent, and the tests find
+# its settings in the env file it writes (internal/testutil.NeedS3).
+bash scripts/s3-local.sh start

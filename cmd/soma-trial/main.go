@@ -17,8 +17,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/soma-hpc/soma/fsstore"
 	"github.com/soma-hpc/soma/internal/objective"
+	"github.com/soma-hpc/soma/internal/rootstore"
 	"github.com/soma-hpc/soma/internal/trialrun"
 	"github.com/soma-hpc/soma/slurm"
 	"github.com/soma-hpc/soma/study"
@@ -141,7 +141,8 @@ EXAMPLES:
 			// --root and --study are required, but checked in action, not by
 			// urfave's Required: its error exited 1 without the usage hint
 			// (issue 16).
-			&cli.StringFlag{Name: "root", Usage: "the study folder (created if missing; required)", EnvVars: []string{"SOMA_ROOT"}},
+			&cli.StringFlag{Name: "root", Usage: "the study folder (created if missing; required), or a bucket: s3://bucket/prefix (AWS_* variables and ~/.aws as the AWS CLI reads them; AWS_ENDPOINT_URL for an S3-compatible server)", EnvVars: []string{"SOMA_ROOT"}},
+			&cli.StringFlag{Name: "local", Usage: "with --root s3://...: the folder for the objectives' logs and working folders (logs/ and work/, which a folder root holds itself)", Value: "soma-local"},
 			&cli.StringFlag{Name: "study", Usage: "the study's name (letters, digits, -_.; required)"},
 			&cli.StringFlag{Name: "spec", Usage: "a TOML study spec (space, direction, sampler, pruner, budget)"},
 			&cli.StringSliceFlag{Name: "param", Usage: "a knob, instead of --spec: name=float:LOW:HIGH[:log|:step=S], int:LOW:HIGH[:log|:step=S], choice:A,B, fixed:V; add \" if COND\" to make it conditional: \"mom=float:0:0.99 if opt==sgd\" (COND: opt==sgd, opt!=sgd, opt in [sgd,adam], layers>=3 (<, <=, >, >= on int params), joined by and)"},
@@ -190,9 +191,18 @@ func action(c *cli.Context, sig <-chan os.Signal) error {
 	ctx := c.Context
 	// Without a spec this process joins a study that must exist: a
 	// missing root is not created for it.
-	store, err := fsstore.Open(c.String("root"), fsstore.Options{Create: spec != nil})
+	store, err := rootstore.Open(ctx, c.String("root"), rootstore.Options{Create: spec != nil})
 	if err != nil {
 		return err
+	}
+	// Logs and working folders are files the objective writes: in the
+	// root when it is a folder, else in --local.
+	local := store.Root()
+	if rootstore.IsBucket(local) {
+		local = c.String("local")
+		if err := os.MkdirAll(local, 0o777); err != nil {
+			return fmt.Errorf("--local %s: %w", local, err)
+		}
 	}
 	st, err := study.Open(ctx, store, c.String("study"), spec, study.Options{Grace: c.Duration("lease")})
 	if sme := (*study.SpecMismatchError)(nil); errors.As(err, &sme) {
@@ -229,7 +239,7 @@ func action(c *cli.Context, sig <-chan os.Signal) error {
 			who.Host = job.Node
 		}
 	}
-	sum, err := trialrun.Run(ctx, st, store.Root(), trialrun.Options{
+	sum, err := trialrun.Run(ctx, st, local, trialrun.Options{
 		Argv:       argv,
 		Trial:      c.Int("trial"),
 		MaxTrials:  c.Int("max-trials"),

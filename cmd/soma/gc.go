@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/soma-hpc/soma/internal/admin"
+	"github.com/soma-hpc/soma/internal/rootstore"
 	"github.com/soma-hpc/soma/internal/status"
 	"github.com/soma-hpc/soma/study"
 )
@@ -59,8 +60,12 @@ func newGCCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			fs, err := rootstore.NeedFolder(s.Backend(), "soma gc")
+			if err != nil {
+				return err
+			}
 			dry := c.Bool("dry-run")
-			res, err := admin.GC(c.Context, s.FS(), admin.GCOptions{
+			res, err := admin.GC(c.Context, fs, admin.GCOptions{
 				DryRun:    dry,
 				OlderThan: c.Duration("older-than"),
 				KeepBlobs: c.Bool("keep-blobs"),

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"strconv"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/soma-hpc/soma/internal/rootstore"
 	"github.com/soma-hpc/soma/internal/status"
 )
 
@@ -52,6 +54,9 @@ func newLogsCommand() *cli.Command {
 			}
 			if a := c.Int("attempt"); a < -1 {
 				return usagef("--attempt %d: want 0 or more", a)
+			}
+			if rootstore.IsBucket(root) {
+				return fmt.Errorf("soma logs: %s is a bucket: the objectives' logs are files in soma-trial's --local folder (default ./soma-local), under logs/%s/ where it ran", root, name)
 			}
 			s, st, err := openStudy(c, root, name, 0)
 			if err != nil {

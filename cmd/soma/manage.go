@@ -12,6 +12,7 @@ import (
 
 	"github.com/soma-hpc/soma/fsstore"
 	"github.com/soma-hpc/soma/internal/admin"
+	"github.com/soma-hpc/soma/internal/rootstore"
 	"github.com/soma-hpc/soma/internal/submit"
 	"github.com/soma-hpc/soma/slurm"
 	"github.com/soma-hpc/soma/study"
@@ -62,7 +63,7 @@ func extendAction(c *cli.Context) error {
 	if c.Int("budget") < 1 {
 		return usagef("--budget %d: want the number of trials, at least 1", c.Int("budget"))
 	}
-	s, err := fsstore.Open(root, fsstore.Options{})
+	s, err := rootstore.Open(c.Context, root, rootstore.Options{})
 	if err != nil {
 		return err
 	}
@@ -94,11 +95,22 @@ func extendAction(c *cli.Context) error {
 	return nil
 }
 
+// jobsOf is submit.Jobs of a folder store; none for a bucket.
+func jobsOf(c *cli.Context, fs *fsstore.Store, folder bool, name string) (submit.JobList, error) {
+	if !folder {
+		return submit.JobList{}, nil
+	}
+	return submit.Jobs(c.Context, fs, name, submit.JobsOptions{Offline: true})
+}
+
 // continueLine is the soma slurm submit line that continues a study with
 // n more trials, shaped like its last submission when one is recorded.
-func continueLine(c *cli.Context, s *fsstore.Store, root, name string, n int) string {
+func continueLine(c *cli.Context, s rootstore.Store, root, name string, n int) string {
 	arr, extra := fmt.Sprintf("0-%d", max(n, 1)-1), ""
-	if l, err := submit.Jobs(c.Context, s, name, submit.JobsOptions{Offline: true}); err == nil && len(l.Jobs) > 0 {
+	// Slurm job records are files: a bucket has none (fs is nil, and
+	// Jobs is not asked).
+	fs, folder := rootstore.Folder(s)
+	if l, err := jobsOf(c, fs, folder, name); err == nil && len(l.Jobs) > 0 {
 		last := l.Jobs[len(l.Jobs)-1]
 		if a, err := slurm.ParseArray(last.Array); err == nil && a.Throttle > 0 {
 			arr += fmt.Sprintf("%%%d", a.Throttle)
@@ -155,7 +167,7 @@ func enqueueAction(c *cli.Context) error {
 	case len(points) == 0 && file == "":
 		return usagef("no points: give --point 'name=value,...' (repeat) or --from FILE.csv")
 	}
-	s, err := fsstore.Open(root, fsstore.Options{})
+	s, err := rootstore.Open(c.Context, root, rootstore.Options{})
 	if err != nil {
 		return err
 	}
@@ -254,7 +266,7 @@ func forkAction(c *cli.Context) error {
 			return usagef("%s: %w", file, err)
 		}
 	}
-	s, err := fsstore.Open(root, fsstore.Options{})
+	s, err := rootstore.Open(c.Context, root, rootstore.Options{})
 	if err != nil {
 		return err
 	}
@@ -322,6 +334,9 @@ func rmAction(c *cli.Context) error {
 	}
 	if err := study.ValidateName(name); err != nil {
 		return usageError{err}
+	}
+	if rootstore.IsBucket(root) {
+		return fmt.Errorf("soma rm: %s is a bucket, and soma rm works on a study folder only (the bucket store has studies and trials, not yet this)", root)
 	}
 	rep, err := admin.Remove(c.Context, root, name, admin.RemoveOptions{Force: c.Bool("force"), DryRun: c.Bool("dry-run")})
 	w := c.App.Writer

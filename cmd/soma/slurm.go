@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/rootstore"
 	"github.com/soma-hpc/soma/internal/status"
 	"github.com/soma-hpc/soma/internal/submit"
 	"github.com/soma-hpc/soma/slurm"
@@ -91,6 +92,10 @@ func newSlurmCommand() *cli.Command {
 							return usagef("%s: %w", f, err)
 						}
 					}
+					if rootstore.IsBucket(root) {
+						// Its job records and logs are files (issue 17).
+						return fmt.Errorf("soma slurm submit: %s is a bucket, and soma slurm works on a study folder only (run soma-trial --root %s in your own sbatch script)", root, root)
+					}
 					store, err := fsstore.Open(root, fsstore.Options{Create: spec != nil && !c.Bool("dry-run")})
 					if errors.Is(err, fsstore.ErrNotFound) && c.Bool("dry-run") {
 						return fmt.Errorf("%w; a dry run creates nothing: create the study first with soma init %s --study %s --spec FILE", err, root, name)
@@ -149,7 +154,11 @@ func newSlurmCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					list, err := submit.Jobs(c.Context, st.FS(), name, submit.JobsOptions{Offline: c.Bool("offline"), FromRecords: true})
+					fs, err := rootstore.NeedFolder(st.Backend(), "soma slurm jobs")
+					if err != nil {
+						return err
+					}
+					list, err := submit.Jobs(c.Context, fs, name, submit.JobsOptions{Offline: c.Bool("offline"), FromRecords: true})
 					if err != nil {
 						return err
 					}

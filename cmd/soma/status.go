@@ -118,7 +118,7 @@ func statusAction(c *cli.Context) error {
 		if err := v.Render(c.Context, out); err != nil {
 			return err
 		}
-		if name := c.String("study"); name != "" && !c.Bool("json") {
+		if name := c.String("study"); name != "" && !c.Bool("json") && s.FS() != nil {
 			// The study's Slurm jobs, as recorded by soma slurm submit.
 			if list, err := submit.Jobs(c.Context, s.FS(), name, submit.JobsOptions{}); err == nil {
 				for _, l := range list.Lines() {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/soma-hpc/soma/internal/rootstore"
 	"github.com/soma-hpc/soma/internal/status"
 	"github.com/soma-hpc/soma/worker"
 )
@@ -93,6 +94,9 @@ func workersAction(c *cli.Context) error {
 	}
 	s, err := status.Open(root)
 	if err != nil {
+		return err
+	}
+	if _, err := rootstore.NeedFolder(s.Backend(), "soma workers"); err != nil {
 		return err
 	}
 	if c.Bool("prune") {

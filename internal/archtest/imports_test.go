@@ -1,5 +1,6 @@
 // Package archtest holds the test that keeps imports pointing one way:
-// fsstore at the bottom; study and zarr on it; slurm on study; worker on
+// fsstore at the bottom; s3store (the same store in a bucket), study and
+// zarr on it; slurm on study; worker on
 // zarr; the application (internal/, cmd/) on top; and, inside internal/,
 // a fixed list of edges between the application's own packages, with the
 // developer tools kept apart from the product.
@@ -24,13 +25,14 @@ const module = "github.com/soma-hpc/soma/"
 // from non-test files.
 var allowed = map[string][]string{
 	"fsstore":  {},
+	"s3store":  {"fsstore"},
 	"study":    {"fsstore"},
 	"slurm":    {"study", "fsstore"},
 	"zarr":     {"fsstore"},
 	"worker":   {"zarr", "fsstore"},
-	"examples": {"fsstore", "study", "slurm", "zarr", "worker"},
-	"internal": {"fsstore", "study", "slurm", "zarr", "worker", "internal"},
-	"cmd":      {"fsstore", "study", "slurm", "zarr", "worker", "internal"},
+	"examples": {"fsstore", "s3store", "study", "slurm", "zarr", "worker"},
+	"internal": {"fsstore", "s3store", "study", "slurm", "zarr", "worker", "internal"},
+	"cmd":      {"fsstore", "s3store", "study", "slurm", "zarr", "worker", "internal"},
 }
 
 // role says what an internal package is for.
@@ -55,6 +57,7 @@ var roles = map[string]role{
 	"internal/admin":     product,
 	"internal/objective": product,
 	"internal/report":    product,
+	"internal/rootstore": product,
 	"internal/runlog":    product,
 	"internal/status":    product,
 	"internal/submit":    product,
@@ -85,8 +88,9 @@ var internalImports = map[string][]string{
 	"internal/admin":     {},
 	"internal/objective": {},
 	"internal/report":    {"internal/status"},
+	"internal/rootstore": {},
 	"internal/runlog":    {},
-	"internal/status":    {"internal/runlog"},
+	"internal/status":    {"internal/runlog", "internal/rootstore"},
 	"internal/submit":    {"internal/objective"},
 	"internal/trialrun":  {"internal/objective", "internal/runlog"},
 

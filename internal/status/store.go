@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/rootstore"
 	"github.com/soma-hpc/soma/study"
 )
 
@@ -28,7 +29,7 @@ import (
 //
 // A Store is safe for concurrent use.
 type Store struct {
-	fs *fsstore.Store
+	fs rootstore.Store // a folder (*fsstore.Store) or a bucket
 
 	records, blobs, lists, probes atomic.Int64
 
@@ -72,6 +73,14 @@ func (e *RootError) Unwrap() error { return e.Err }
 // missing folder, a file, an empty folder and a folder that is not a soma
 // store are each a *RootError with one line that says what to do.
 func Open(root string) (*Store, error) {
+	if rootstore.IsBucket(root) {
+		// Its errors say what to fix (no bucket, no store, no keys).
+		s, err := rootstore.Open(context.Background(), root, rootstore.Options{})
+		if err != nil {
+			return nil, err
+		}
+		return Wrap(s), nil
+	}
 	fi, err := os.Stat(root)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -104,10 +113,18 @@ func Open(root string) (*Store, error) {
 }
 
 // Wrap returns a Store over s.
-func Wrap(s *fsstore.Store) *Store { return &Store{fs: s, probe: s.Now} }
+func Wrap(s rootstore.Store) *Store { return &Store{fs: s, probe: s.Now} }
 
-// FS returns the underlying store.
-func (s *Store) FS() *fsstore.Store { return s.fs }
+// FS returns the underlying folder store, or nil for a bucket (the
+// views that read files, such as the worker registry, have nothing to
+// show there).
+func (s *Store) FS() *fsstore.Store {
+	f, _ := rootstore.Folder(s.fs)
+	return f
+}
+
+// Backend returns the underlying store, a folder or a bucket.
+func (s *Store) Backend() rootstore.Store { return s.fs }
 
 // Root returns the store's absolute root folder.
 func (s *Store) Root() string { return s.fs.Root() }

@@ -12,6 +12,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/internal/rootstore"
 )
 
 // Watch modes for WatchOptions.Mode.
@@ -71,6 +72,15 @@ func NewWatcher(root string, o WatchOptions) (*Watcher, error) {
 		o.Settle = 500 * time.Millisecond
 	}
 	w := &Watcher{root: root, o: o}
+	if rootstore.IsBucket(root) {
+		// A bucket is polled: no change of it is seen any other way.
+		// (It said "statfs s3://...: no such file or directory".)
+		w.fs = FS{Name: "an S3 bucket", Network: true}
+		if o.Mode == WatchNotify {
+			return nil, fmt.Errorf("%s is a bucket: it can only be polled (leave out the notify mode)", root)
+		}
+		return w, nil
+	}
 	fsys, err := DetectFS(root)
 	if err != nil {
 		return nil, err

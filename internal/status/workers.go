@@ -43,6 +43,9 @@ type WorkerLine struct {
 func ReadWorkersSection(ctx context.Context, s *Store, timeout time.Duration) (*Workers, error) {
 	// s.Now: on a root this process cannot write, ages are judged by
 	// this machine's clock, and the view says so (Store.Clock).
+	if s.FS() == nil {
+		return nil, nil // a bucket: no worker registers there
+	}
 	rep, err := worker.ReadWorkers(ctx, s.FS(), worker.ListOptions{Timeout: timeout, Now: s.Now})
 	if err != nil {
 		return nil, err

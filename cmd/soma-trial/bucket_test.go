@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/soma-hpc/soma/internal/rootstore"
+	"github.com/soma-hpc/soma/internal/testutil"
+	"github.com/soma-hpc/soma/study"
+)
+
+// bucketEnv is newEnv with the root on the test S3 server: a fresh
+// prefix of its bucket, the server's settings in the commands'
+// environment, and the objectives' logs and work in a temp folder.
+func bucketEnv(t *testing.T) (env, []string) {
+	t.Helper()
+	e := newEnv(t)
+	srv := testutil.NeedS3(t)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	e.root = "s3://" + srv.Bucket + "/trial-" + hex.EncodeToString(b[:])
+	srv.RemoveAtEnd(t, e.root)
+	local := filepath.Join(t.TempDir(), "local")
+	return e, append(srv.Env(), "STEPS=1", "SOMA_TEST_LOCAL="+local)
+}
+
+// bucketCmd is e.cmd for a bucket root: --local in a temp folder.
+func bucketCmd(e env, extra []string, flags ...string) *exec.Cmd {
+	local := ""
+	for _, kv := range extra {
+		if v, ok := strings.CutPrefix(kv, "SOMA_TEST_LOCAL="); ok {
+			local = v
+		}
+	}
+	return e.cmd(extra, append([]string{"--local", local}, flags...)...)
+}
+
+// openBucketStudy opens study "s" at a bucket root, with the test
+// server's settings.
+func openBucketStudy(t *testing.T, root string) *study.Study {
+	t.Helper()
+	testutil.NeedS3(t).Setenv(t)
+	ctx := context.Background()
+	s, err := rootstore.Open(ctx, root, rootstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := study.Open(ctx, s, "s", nil, study.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// TestBucketFourProcessesRunTheBudgetOnce: 200 trials by 4 soma-trial
+// processes on a bucket: every trial runs exactly once, and no more than
+// the budget.
+func TestBucketFourProcessesRunTheBudgetOnce(t *testing.T) {
+	e, extra := bucketEnv(t)
+	const n = 200
+	var cmds []*exec.Cmd
+	var logs []*bytes.Buffer
+	for range 4 {
+		c := bucketCmd(e, extra, budget(n)...)
+		var b bytes.Buffer
+		c.Stderr = &b
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, c)
+		logs = append(logs, &b)
+	}
+	for i, c := range cmds {
+		if err := c.Wait(); err != nil {
+			t.Fatalf("process %d: %v\n%s", i, err, logs[i])
+		}
+	}
+	done := e.done(t)
+	for i := range n {
+		if done[i] != 1 {
+			t.Errorf("trial %d finished %d times, want exactly once", i, done[i])
+		}
+	}
+	if len(done) != n {
+		t.Errorf("%d trials finished, want %d", len(done), n)
+	}
+	snap, err := openBucketStudy(t, e.root).Trials(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := snap.Counts(); c[study.StateDone] != n {
+		t.Errorf("records: %v, want %d done", c, n)
+	}
+}
+
+// TestBucketKill9MidTrialIsRetried: a soma-trial killed with SIGKILL in
+// the middle of a trial on a bucket leaves a running attempt whose
+// heartbeat stops; another process retries it once the lease is over
+// (server time: Last-Modified against the Date of a probe write).
+func TestBucketKill9MidTrialIsRetried(t *testing.T) {
+	e, extra := bucketEnv(t)
+	const n = 3
+	// A lease of a few seconds: bucket times are whole seconds.
+	flags := append(budget(n), "--lease", "3s")
+	slow := append(extra, "SLOW_TRIAL=0", "SLOW_SECONDS=30")
+	a := bucketCmd(e, slow, append(flags, "--trial", "0")...)
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(e.marks, "0.0.start"))
+	a.Process.Signal(syscall.SIGKILL)
+	a.Wait()
+
+	b := bucketCmd(e, slow, flags...)
+	var log bytes.Buffer
+	b.Stderr = &log
+	if err := b.Run(); err != nil {
+		t.Fatalf("second process: %v\n%s", err, log.String())
+	}
+	done := e.done(t)
+	for i := range n {
+		if done[i] != 1 {
+			t.Errorf("trial %d finished %d times, want once\n%s", i, done[i], log.String())
+		}
+	}
+	snap, err := openBucketStudy(t, e.root).Trials(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, ok := snap.Trial(0)
+	if !ok || r.State != study.StateDone || r.Attempt != 1 {
+		t.Errorf("trial 0: %+v, want done by attempt 1 (the retry of the killed one)", r)
+	}
+	pid, _ := os.ReadFile(filepath.Join(e.marks, "0.0.start"))
+	if p, _ := strconv.Atoi(string(pid)); p > 0 && syscall.Kill(p, 0) == nil {
+		t.Errorf("objective pid %d of the killed soma-trial is still alive", p)
+	}
+}
