@@ -159,7 +159,7 @@ EXAMPLES:
 			&cli.IntFlag{Name: "parallel", Value: 1, Usage: "objectives to run at once in this process"},
 			&cli.DurationFlag{Name: "timeout", Usage: "fail a trial that runs longer than this (0: no limit)"},
 			&cli.DurationFlag{Name: "kill-grace", Value: 10 * time.Second, Usage: "time between prune verdict, SIGTERM and SIGKILL (more than 0)"},
-			&cli.DurationFlag{Name: "lease", Value: study.DefaultGrace, Usage: "a running trial with no heartbeat for this long is stale and retried (at least 1s; all processes of a study should agree)"},
+			&cli.DurationFlag{Name: "lease", Value: study.DefaultGrace, Usage: "a running trial with no heartbeat for this long is stale and retried (at least 1s, 3s on a bucket; all processes of a study should agree)"},
 			&cli.BoolFlag{Name: "no-wait", Usage: "exit when every remaining trial runs elsewhere, and never keep watch to retry the ones that go stale (see THE END OF A STUDY)"},
 			&cli.BoolFlag{Name: "requeue-on-usr1", Usage: "in a Slurm job: when SIGUSR1 (the pre-timeout warning) interrupts it, ask Slurm to requeue this job (scontrol requeue), so the task starts again and retries the interrupted trial (soma slurm submit sets it)"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log trial starts and every report"},
@@ -307,6 +307,14 @@ func allFailed(sum trialrun.Summary) bool {
 // first heartbeat, so the process superseded its own claim (issue 16).
 const minLease = time.Second
 
+// minBucketLease is the shortest --lease on a bucket, whose times are
+// whole seconds (Last-Modified, Date): a heartbeat and the now it is
+// judged against may each read up to a second early, so a fresh holder's
+// gap (lease/5 at most, between heartbeats) can look a second longer than
+// it is. At 3 s that still leaves over a second to spare; at the folder's
+// 1 s minimum a live trial could be judged stale and run twice at once.
+const minBucketLease = 3 * time.Second
+
 // checkFlags checks the flags that need no spec: the required ones, the
 // study's name and the ranges of the numbers, naming the valid range.
 func checkFlags(c *cli.Context) error {
@@ -336,6 +344,9 @@ func checkFlags(c *cli.Context) error {
 	}
 	if d := c.Duration("lease"); d < minLease {
 		return fmt.Errorf("--lease %s: want at least %s (heartbeats go every lease/5; give minutes on a shared filesystem, default %s)", d, minLease, study.DefaultGrace)
+	}
+	if d := c.Duration("lease"); d < minBucketLease && rootstore.IsBucket(c.String("root")) {
+		return fmt.Errorf("--lease %s: want at least %s on a bucket, whose times are whole seconds (default %s)", d, minBucketLease, study.DefaultGrace)
 	}
 	return nil
 }

@@ -29,6 +29,9 @@ func TestEverythingTypedIsCheckedBeforeTheStoreIsMade(t *testing.T) {
 		{"placeholder typo", append([]string{"--study", "s"}, spec...), []string{"echo", "{xx}"}, "{xx} is not a parameter"},
 		{"lease too short", append([]string{"--study", "s", "--lease", "1ms"}, spec...), []string{"true"}, "--lease 1ms: want at least 1s"},
 		{"negative lease", append([]string{"--study", "s", "--lease", "-5s"}, spec...), []string{"true"}, "--lease -5s"},
+		// Bucket times are whole seconds: a lease under 3 s could see a
+		// live trial stale (checked before any request to the bucket).
+		{"bucket lease too short", append([]string{"--study", "s", "--lease", "2s"}, spec...), []string{"true"}, "--lease 2s: want at least 3s on a bucket"},
 		{"negative timeout", append([]string{"--study", "s", "--timeout", "-1s"}, spec...), []string{"true"}, "--timeout -1s: want 0 (no limit) or more"},
 		{"negative kill-grace", append([]string{"--study", "s", "--kill-grace", "-1s"}, spec...), []string{"true"}, "--kill-grace -1s"},
 		{"parallel 0", append([]string{"--study", "s", "--parallel", "0"}, spec...), []string{"true"}, "--parallel 0: want at least 1"},
@@ -45,7 +48,11 @@ func TestEverythingTypedIsCheckedBeforeTheStoreIsMade(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			root := filepath.Join(t.TempDir(), "root")
 			args := tc.flags
-			if tc.name != "no root" {
+			switch tc.name {
+			case "no root":
+			case "bucket lease too short":
+				args = append([]string{"--root", "s3://no-such-bucket/x"}, args...)
+			default:
 				args = append([]string{"--root", root}, args...)
 			}
 			c := exec.Command(bin, append(append(args, "--"), tc.argv...)...)
