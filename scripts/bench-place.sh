@@ -3,7 +3,7 @@
 # the registry and the leases, claim a lease by link(2)) with 10 and 1000
 # registered workers, side by side with the floor: listing the same
 # folders and reading every record with bare open/fstat/read, plus one
-# durable link(2) claim (write, fsync, link, fsync the folder); and through
+# link(2) claim (write, link: no fsync, as a lease needs none); and through
 # one worker.Placer (the registry read once a second). Then no-op plans
 # per second through placement (Place, and one shared Placer) vs straight
 # to known workers (8 senders). Prints markdown tables; placement latency
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 N=${SOMA_BENCH_PLACE_N:-100}
 out=$(go test -run '^$' -bench '^BenchmarkPlace$' -benchtime "${N}x" ./worker/)
 fstype=$(stat -f -c %T "${TMPDIR:-/tmp}")
-echo "## placement from the folder vs the floor (list + read every record + one durable link claim)"
+echo "## placement from the folder vs the floor (list + read every record + one link claim)"
 echo
 echo "$N placements each, on $fstype, $(nproc) cores, load average $(cut -d' ' -f1 /proc/loadavg). Milliseconds."
 echo
