@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sort"
 	"sync"
 	"syscall"
@@ -184,7 +185,17 @@ func New(dir, backing string, o Options) (*Mount, error) {
 	}
 	c := &counter{n: Counts{}}
 	raw := &slowRaw{RawFileSystem: fs.NewNodeFS(root, opts), count: c, delay: o.Delay, trace: o.Trace}
+	// go-fuse serves at most GOMAXPROCS requests at once (2 to 16 reader
+	// goroutines, each handling its request before reading the next):
+	// on this 2-CPU machine 2, so with a 1 ms delay the harness served
+	// at most ~2000 operations a second, whoever sent them, and P
+	// processes queued behind each other as on no NFS server (nfsd runs
+	// 8 threads by default, clusters' servers far more). Its cap is read
+	// once, here: raise GOMAXPROCS for NewServer only (the readers block
+	// in read(2) and the delays sleep, so they need no CPUs).
+	prev := runtime.GOMAXPROCS(serverThreads)
 	server, err := fuse.NewServer(raw, dir, &opts.MountOptions)
+	runtime.GOMAXPROCS(prev)
 	if err != nil {
 		return nil, fmt.Errorf("slowfs: mount %s: %w", dir, err)
 	}
@@ -195,6 +206,11 @@ func New(dir, backing string, o Options) (*Mount, error) {
 	}
 	return &Mount{dir: dir, server: server, count: c, mounted: true}, nil
 }
+
+// serverThreads is how many operations the harness serves at once, as an
+// NFS server's threads would (go-fuse's own cap, which it takes from
+// GOMAXPROCS, is 16).
+const serverThreads = 16
 
 // Dir returns the folder the filesystem is mounted at.
 func (m *Mount) Dir() string { return m.dir }
