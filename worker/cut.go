@@ -194,17 +194,7 @@ func RunCut(ctx context.Context, p *Plan, segs []Segment, run func(context.Conte
 			}
 			got[id] = v
 		}
-		for id, v := range r.Outputs {
-			if want[id] {
-				merged.Outputs[id] = v
-			}
-		}
-		if len(r.States) > 0 {
-			if merged.States == nil {
-				merged.States = map[string]Value{}
-			}
-			maps.Copy(merged.States, r.States)
-		}
+		mergeSegment(merged, r, want)
 	}
 	merged.LogTail = strings.Join(logs, "")
 	return merged, nil
@@ -263,4 +253,21 @@ func errStreamCut(p *Plan) error {
 		}
 	}
 	return nil
+}
+
+// mergeSegment adds what segment result r brings to the cut plan's
+// merged result: its outputs that the plan returns (want), and the
+// trained states of its filters.
+func mergeSegment(merged, r *Result, want map[string]bool) {
+	for id, v := range r.Outputs {
+		if want[id] {
+			merged.Outputs[id] = v
+		}
+	}
+	if len(r.States) > 0 {
+		if merged.States == nil {
+			merged.States = map[string]Value{}
+		}
+		maps.Copy(merged.States, r.States)
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strings"
 )
 
@@ -272,17 +271,7 @@ func (c *CutStream) End(ctx context.Context) (*Result, error) {
 				return nil, err
 			}
 		}
-		for id, v := range r.Outputs {
-			if c.want[id] {
-				merged.Outputs[id] = v
-			}
-		}
-		if len(r.States) > 0 {
-			if merged.States == nil {
-				merged.States = map[string]Value{}
-			}
-			maps.Copy(merged.States, r.States)
-		}
+		mergeSegment(merged, r, c.want)
 	}
 	merged.LogTail = strings.Join(logs, "")
 	return merged, nil

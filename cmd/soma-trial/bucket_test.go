@@ -68,31 +68,11 @@ func TestBucketFourProcessesRunTheBudgetOnce(t *testing.T) {
 	e, extra := bucketEnv(t)
 	const n = 200
 	var cmds []*exec.Cmd
-	var logs []*bytes.Buffer
 	for range 4 {
-		c := bucketCmd(e, extra, budget(n)...)
-		var b bytes.Buffer
-		c.Stderr = &b
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds = append(cmds, c)
-		logs = append(logs, &b)
+		cmds = append(cmds, bucketCmd(e, extra, budget(n)...))
 	}
-	for i, c := range cmds {
-		if err := c.Wait(); err != nil {
-			t.Fatalf("process %d: %v\n%s", i, err, logs[i])
-		}
-	}
-	done := e.done(t)
-	for i := range n {
-		if done[i] != 1 {
-			t.Errorf("trial %d finished %d times, want exactly once", i, done[i])
-		}
-	}
-	if len(done) != n {
-		t.Errorf("%d trials finished, want %d", len(done), n)
-	}
+	runAtOnce(t, cmds)
+	checkExactlyOnce(t, e.done(t), n)
 	snap, err := openBucketStudy(t, e.root).Trials(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -63,6 +63,39 @@ func (e env) cmd(extraEnv []string, flags ...string) *exec.Cmd {
 
 var specFlags = []string{"--param", "x=float:-3:3", "--param", "y=float:-3:3", "--direction", "minimize", "--sampler", "random", "--seed", "11"}
 
+// runAtOnce starts every command, each with its stderr kept, and waits
+// for them all; a failure names the process and shows its stderr.
+func runAtOnce(t *testing.T, cmds []*exec.Cmd) {
+	t.Helper()
+	logs := make([]*bytes.Buffer, len(cmds))
+	for i, c := range cmds {
+		logs[i] = new(bytes.Buffer)
+		c.Stderr = logs[i]
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range cmds {
+		if err := c.Wait(); err != nil {
+			t.Fatalf("process %d: %v\n%s", i, err, logs[i])
+		}
+	}
+}
+
+// checkExactlyOnce checks that trials 0..n-1 each finished exactly once
+// (done: finishes by trial number) and no other trial did.
+func checkExactlyOnce(t *testing.T, done map[int]int, n int) {
+	t.Helper()
+	for i := range n {
+		if done[i] != 1 {
+			t.Errorf("trial %d finished %d times, want exactly once", i, done[i])
+		}
+	}
+	if len(done) != n {
+		t.Errorf("%d trials finished, want %d", len(done), n)
+	}
+}
+
 func budget(n int) []string {
 	return append(append([]string{}, specFlags...), "--budget", strconv.Itoa(n))
 }
@@ -102,31 +135,11 @@ func TestFourProcessesRunTheBudgetOnce(t *testing.T) {
 	e := newEnv(t)
 	const n = 16
 	var cmds []*exec.Cmd
-	var logs []*bytes.Buffer
 	for range 4 {
-		c := e.cmd(nil, budget(n)...)
-		var b bytes.Buffer
-		c.Stderr = &b
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds = append(cmds, c)
-		logs = append(logs, &b)
+		cmds = append(cmds, e.cmd(nil, budget(n)...))
 	}
-	for i, c := range cmds {
-		if err := c.Wait(); err != nil {
-			t.Fatalf("process %d: %v\n%s", i, err, logs[i])
-		}
-	}
-	done := e.done(t)
-	for i := range n {
-		if done[i] != 1 {
-			t.Errorf("trial %d finished %d times, want exactly once", i, done[i])
-		}
-	}
-	if len(done) != n {
-		t.Errorf("%d trials finished, want %d", len(done), n)
-	}
+	runAtOnce(t, cmds)
+	checkExactlyOnce(t, e.done(t), n)
 	st := e.open(t)
 	snap, err := st.Trials(context.Background())
 	if err != nil {
