@@ -111,7 +111,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			&cli.StringSliceFlag{Name: "tag", Usage: "a tag to advertise (repeatable), e.g. --tag torch --tag a100"},
 			&cli.StringFlag{Name: "python", Usage: "the interpreter plans' venvs are built from (required)", EnvVars: []string{"SOMA_PYTHON"}},
 			&cli.StringFlag{Name: "env-dir", Usage: "node-local folder of pooled venvs (default: $SLURM_TMPDIR or $TMPDIR/soma-envs-UID)"},
-			&cli.StringFlag{Name: "work-dir", Usage: "node-local folder for plan logs and shipped files (default: next to --env-dir)"},
+			&cli.StringFlag{Name: "work-dir", Usage: "node-local folder for the Python daemons' logs and shipped files (default: next to --env-dir)"},
 			&cli.StringFlag{Name: "zarr-cache", Usage: "node-local Zarr chunk cache (default: as soma zarr, $SOMA_ZARR_CACHE)"},
 			&cli.Int64Flag{Name: "max-env-bytes", Usage: "evict least recently used venvs past this size (0: the pool's default)"},
 			&cli.IntFlag{Name: "max-cpus", Usage: "CPUs to offer (0: all the node's, or Slurm's share)"},
