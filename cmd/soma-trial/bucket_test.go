@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -92,26 +91,8 @@ func TestBucketKill9MidTrialIsRetried(t *testing.T) {
 	// A lease of a few seconds: bucket times are whole seconds.
 	flags := append(budget(n), "--lease", "3s")
 	slow := append(extra, "SLOW_TRIAL=0", "SLOW_SECONDS=30")
-	a := bucketCmd(e, slow, append(flags, "--trial", "0")...)
-	if err := a.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitFile(t, filepath.Join(e.marks, "0.0.start"))
-	a.Process.Signal(syscall.SIGKILL)
-	a.Wait()
-
-	b := bucketCmd(e, slow, flags...)
-	var log bytes.Buffer
-	b.Stderr = &log
-	if err := b.Run(); err != nil {
-		t.Fatalf("second process: %v\n%s", err, log.String())
-	}
-	done := e.done(t)
-	for i := range n {
-		if done[i] != 1 {
-			t.Errorf("trial %d finished %d times, want once\n%s", i, done[i], log.String())
-		}
-	}
+	killThenRetry(t, bucketCmd(e, slow, append(flags, "--trial", "0")...), bucketCmd(e, slow, flags...), e.marks)
+	checkExactlyOnce(t, e.done(t), n)
 	snap, err := openBucketStudy(t, e.root).Trials(context.Background())
 	if err != nil {
 		t.Fatal(err)
