@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -28,6 +29,7 @@ import (
 //
 //	RoundTrip/python-pipe      floor: the same bytes to an already running Python over a pipe
 //	RoundTrip/loopback-http    floor: a bare loopback HTTP request
+//	RoundTrip/http-to-pipe     the two composed: a bare HTTP handler that calls the Python over the pipe
 //	RoundTrip/soma-worker      a warm no-op plan over loopback HTTP
 //	RoundTrip/in-process       the same plan through Worker.Run (no HTTP)
 //	Forward/{inline,blob,zarr} a forward of a SOMA_BENCH_MB (default 100) MB float32 array
@@ -77,29 +79,39 @@ func benchWorker(b *testing.B) *testWorker {
 type cpuUse struct{ self, daemons time.Duration }
 
 func cpuNow(b *testing.B, w *Worker) cpuUse {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	u := cpuUse{self: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
+	u := cpuUse{self: selfCPU(b)}
 	w.pool.mu.Lock()
 	defer w.pool.mu.Unlock()
 	for _, list := range w.pool.idle {
 		for _, d := range list {
-			// schedstat's first field: nanoseconds on a CPU (the daemon
-			// is one thread); /proc/PID/stat counts in 10 ms ticks.
-			s, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", d.hello.PID))
-			if err != nil {
-				b.Fatal(err)
-			}
-			ns, err := strconv.ParseInt(strings.Fields(string(s))[0], 10, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			u.daemons += time.Duration(ns)
+			u.daemons += procCPU(b, d.hello.PID)
 		}
 	}
 	return u
+}
+
+// selfCPU is the CPU time this process has used.
+func selfCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procCPU is the CPU time a one-thread process (a Python daemon) has
+// used: schedstat's first field, in nanoseconds (/proc/PID/stat counts
+// in 10 ms ticks).
+func procCPU(b *testing.B, pid int) time.Duration {
+	s, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ns, err := strconv.ParseInt(strings.Fields(string(s))[0], 10, 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ns)
 }
 
 // warmPlans runs the warm no-op plan through run, reporting latencies,
@@ -186,6 +198,65 @@ func BenchmarkRoundTrip(b *testing.B) {
 		}
 		l.report(b)
 		httpP50 = l.p(0.5)
+	})
+	b.Run("http-to-pipe", func(b *testing.B) {
+		// The two floors composed, with no soma in between: a bare
+		// loopback HTTP request whose handler sends its body to the
+		// running Python over the pipe and answers with the reply. On a
+		// machine with few cores this costs well above the sum of its
+		// parts (2.6x on 2 cores, 1.0x with GOMAXPROCS=1): Go's idle
+		// threads are woken and spin while Python holds a core. It is the
+		// physical limit of one plan over HTTP on this machine.
+		testutil.NeedPython(b, "json")
+		cmd := exec.Command(testutil.Python(), "-c", pipeEcho)
+		in, _ := cmd.StdinPipe()
+		outp, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { in.Close(); cmd.Wait() }()
+		out := bufio.NewReader(outp)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			frame := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
+			frame = append(frame, body...)
+			if _, err := in.Write(frame); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			reply := make([]byte, len(frame))
+			if _, err := io.ReadFull(out, reply); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.Write(reply[4:])
+		}))
+		defer srv.Close()
+		c := srv.Client()
+		msg := []byte(`{"op":"call","node":"n","method":"forward","args":[{"kind":"object","object":"x"}]}`)
+		var l latencies
+		self0, py0 := selfCPU(b), procCPU(b, cmd.Process.Pid)
+		for b.Loop() {
+			l.time(func() {
+				resp, err := c.Post(srv.URL, ContentType, bytes.NewReader(msg))
+				if err != nil {
+					b.Fatal(err)
+				}
+				got, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if !bytes.Equal(got, msg) {
+					b.Fatalf("echo %q, want %q", got, msg)
+				}
+			})
+		}
+		n := float64(len(l))
+		l.report(b)
+		b.ReportMetric(float64((selfCPU(b)-self0).Microseconds())/n, "go-cpu-us")
+		b.ReportMetric(float64((procCPU(b, cmd.Process.Pid)-py0).Microseconds())/n, "py-cpu-us")
 	})
 	floor := 0.0
 	if pipeP50 > 0 && httpP50 > 0 {

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/coder/websocket"
 	"github.com/soma-hpc/soma/fsstore"
@@ -38,7 +40,21 @@ type Client struct {
 	// Store, when set, is a store the worker also sees (the same --root):
 	// files are then shipped by digest instead of inline.
 	Store *fsstore.Store
+
+	mu      sync.Mutex
+	shipped map[fsstore.Digest]time.Time // when the Put of a file's blob began
 }
+
+// fileReuse is how long a Client ships a file by the digest of a blob it
+// stored before, without storing it again. A Put of a blob that exists
+// refreshes its time so that soma gc keeps it (fsstore's GC keeps blobs
+// younger than its grace, at least study.MinGCAge = 60 s): the worker
+// reads a file within moments of the plan's arrival, so a blob at most
+// fileReuse plus a round trip old is never collected under it. The same
+// rule and window as a study's empty-curve blob (study.BlobReuse). Was:
+// a Put per file per plan, a stat and a utimensat on the file server at
+// every plan (issue 14's round trip).
+const fileReuse = 10 * time.Second
 
 // NewClient returns a client of the worker at rawURL (http://host:port).
 // hc may be nil (http.DefaultClient).
@@ -128,7 +144,7 @@ func (c *Client) encodePlan(ctx context.Context, p *Plan) ([]byte, error) {
 				q.Files[i] = f
 				continue
 			}
-			d, err := c.Store.Put(ctx, f.Content)
+			d, err := c.ship(ctx, f.Content)
 			if err != nil {
 				return nil, fmt.Errorf("worker: ship %s: %w", f.Name, err)
 			}
@@ -136,6 +152,29 @@ func (c *Client) encodePlan(ctx context.Context, p *Plan) ([]byte, error) {
 		}
 	}
 	return EncodeFrame(&q)
+}
+
+// ship stores b in the client's store, unless its Put began less than
+// fileReuse ago, and returns its digest.
+func (c *Client) ship(ctx context.Context, b []byte) (fsstore.Digest, error) {
+	d := fsstore.Sum(b)
+	c.mu.Lock()
+	at, ok := c.shipped[d]
+	c.mu.Unlock()
+	if ok && time.Since(at) < fileReuse {
+		return d, nil
+	}
+	began := time.Now()
+	if _, err := c.Store.Put(ctx, b); err != nil {
+		return fsstore.Digest{}, err
+	}
+	c.mu.Lock()
+	if c.shipped == nil || len(c.shipped) > 1024 {
+		c.shipped = map[fsstore.Digest]time.Time{}
+	}
+	c.shipped[d] = began
+	c.mu.Unlock()
+	return d, nil
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body []byte, out versioned) error {

@@ -7,6 +7,7 @@ package worker
 // stream both go open, feed, close.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -132,15 +133,29 @@ func (s *session) checkAsk() error {
 // digests: immutable once written, shared by plans that ship the same
 // files, so that a warm daemon imports them again only when they change.
 func (s *session) writeFiles(ctx context.Context) error {
-	contents := make([][]byte, len(s.p.Files))
+	// The folder's name comes from the files' names and digests, known
+	// without their bytes for a file shipped by digest: a warm plan finds
+	// its files there and reads nothing from the store. (It did a Get of
+	// each file, an open, fstat, read and close, and hashed the bytes
+	// again, at every plan: issue 14's round trip.)
 	names := make([]string, len(s.p.Files))
+	contents := make([][]byte, len(s.p.Files))
 	for i, f := range s.p.Files {
-		b, err := s.fileContent(ctx, f)
-		if err != nil {
-			return err
+		var d fsstore.Digest
+		switch {
+		case f.Content != nil:
+			b, sum, err := s.fileContent(ctx, f)
+			if err != nil {
+				return err
+			}
+			contents[i], d = b, sum
+		default:
+			var err error
+			if d, err = fsstore.ParseDigest(f.Digest); err != nil {
+				return fmt.Errorf("%w: file %s: digest: %v", ErrInvalidPlan, f.Name, err)
+			}
 		}
-		contents[i] = b
-		names[i] = f.Name + "=" + fsstore.Sum(b).String()
+		names[i] = f.Name + "=" + d.String()
 	}
 	sort.Strings(names)
 	key := strings.TrimPrefix(fsstore.Sum([]byte(strings.Join(names, "\n"))).String(), fsstore.Algo+":")[:24]
@@ -148,9 +163,17 @@ func (s *session) writeFiles(ctx context.Context) error {
 	made := false
 	for i, f := range s.p.Files {
 		// The folder is named by the files' digests and each file is
-		// written atomically: one that exists is complete and right.
+		// written atomically, after its bytes were checked against its
+		// digest: one that exists is complete and right.
 		if _, err := os.Lstat(filepath.Join(s.dir, f.Name)); err == nil {
 			continue
+		}
+		b := contents[i]
+		if b == nil {
+			var err error
+			if b, _, err = s.fileContent(ctx, f); err != nil {
+				return err
+			}
 		}
 		if !made { // only when a file is missing: a stat less for a warm plan
 			if err := os.MkdirAll(s.dir, 0o755); err != nil {
@@ -158,7 +181,7 @@ func (s *session) writeFiles(ctx context.Context) error {
 			}
 			made = true
 		}
-		if err := fsstore.WriteFileAtomic(filepath.Join(s.dir, f.Name), strings.NewReader(string(contents[i]))); err != nil {
+		if err := fsstore.WriteFileAtomic(filepath.Join(s.dir, f.Name), bytes.NewReader(b)); err != nil {
 			return fmt.Errorf("worker: plan file %s: %w", f.Name, err)
 		}
 	}
@@ -166,31 +189,32 @@ func (s *session) writeFiles(ctx context.Context) error {
 }
 
 // fileContent returns a shipped file's bytes, from the plan or the store,
-// checked against its digest.
-func (s *session) fileContent(ctx context.Context, f File) ([]byte, error) {
+// checked against its digest, and their digest (hashed once).
+func (s *session) fileContent(ctx context.Context, f File) ([]byte, fsstore.Digest, error) {
 	var want fsstore.Digest
 	if f.Digest != "" {
 		d, err := fsstore.ParseDigest(f.Digest)
 		if err != nil {
-			return nil, fmt.Errorf("%w: file %s: digest: %v", ErrInvalidPlan, f.Name, err)
+			return nil, fsstore.Digest{}, fmt.Errorf("%w: file %s: digest: %v", ErrInvalidPlan, f.Name, err)
 		}
 		want = d
 	}
 	b := f.Content
 	if b == nil {
 		if s.w.o.Store == nil {
-			return nil, fmt.Errorf("%w: file %s has no content and this worker has no store to fetch %s from (ship it inline)", ErrInvalidPlan, f.Name, f.Digest)
+			return nil, fsstore.Digest{}, fmt.Errorf("%w: file %s has no content and this worker has no store to fetch %s from (ship it inline)", ErrInvalidPlan, f.Name, f.Digest)
 		}
 		got, err := s.w.o.Store.Get(ctx, want)
 		if err != nil {
-			return nil, fmt.Errorf("worker: file %s: %w", f.Name, err)
+			return nil, fsstore.Digest{}, fmt.Errorf("worker: file %s: %w", f.Name, err)
 		}
 		b = got
 	}
-	if f.Digest != "" && fsstore.Sum(b) != want {
-		return nil, fmt.Errorf("%w: file %s: content has digest %s, plan says %s", ErrInvalidPlan, f.Name, fsstore.Sum(b), f.Digest)
+	sum := fsstore.Sum(b)
+	if f.Digest != "" && sum != want {
+		return nil, fsstore.Digest{}, fmt.Errorf("%w: file %s: content has digest %s, plan says %s", ErrInvalidPlan, f.Name, sum, f.Digest)
 	}
-	return b, nil
+	return b, sum, nil
 }
 
 func (s *session) environment(ctx context.Context) error {

@@ -5,9 +5,13 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/soma-hpc/soma/fsstore"
 )
 
 // TestFilesByDigest: a client that sees the worker's store ships files
@@ -39,6 +43,54 @@ func TestFilesByDigest(t *testing.T) {
 	res = run(t, tw, p)
 	if res.State != StateFailed || !strings.Contains(res.Error, "content has digest") {
 		t.Fatalf("file with a wrong digest: %s %q", res.State, res.Error)
+	}
+}
+
+// TestWarmPlanReadsNoStore: a plan whose files are already in the
+// worker's files folder reads nothing from the store, and a client ships
+// a file it stored moments ago by digest without storing it again. The
+// blob is removed after the first plan: the second plan, from the same
+// client, still runs (the worker did a Get of every file at every plan,
+// and the client a Put: issue 14's round trip), and a new client stores
+// it again.
+func TestWarmPlanReadsNoStore(t *testing.T) {
+	tw := newTestWorker(t, testOptions{})
+	c, err := NewClient(tw.srv.URL, testToken, tw.srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Store = tw.store
+	ctx := context.Background()
+	p := behaviourPlan(t, "first", "NoOp")
+	d := fsstore.Sum(p.Files[0].Content)
+	res, err := c.Run(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSucceed(t, res)
+	removeBlob(t, tw.store, d)
+
+	res, err = c.Run(ctx, behaviourPlan(t, "second", "NoOp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSucceed(t, res)
+	if _, err := tw.store.Get(ctx, d); !errors.Is(err, fsstore.ErrNotFound) {
+		t.Errorf("after a second plan from the same client, Get of the removed file's blob = %v, want not found (stored again within fileReuse)", err)
+	}
+
+	c2, err := NewClient(tw.srv.URL, testToken, tw.srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2.Store = tw.store
+	res, err = c2.Run(ctx, behaviourPlan(t, "third", "NoOp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSucceed(t, res)
+	if _, err := tw.store.Get(ctx, d); err != nil {
+		t.Errorf("a new client did not store the file: Get = %v", err)
 	}
 }
 
@@ -175,5 +227,24 @@ func TestWaitingClientGoesAway(t *testing.T) {
 	got, err := tw.client.Get(context.Background(), "left")
 	if err != nil || got.State != StateFailed {
 		t.Fatalf("GET after the client left: %v, %v", got, err)
+	}
+}
+
+// removeBlob removes a stored blob's file.
+func removeBlob(t *testing.T, s *fsstore.Store, d fsstore.Digest) {
+	t.Helper()
+	hex := strings.TrimPrefix(d.String(), "sha256:")
+	n := 0
+	filepath.WalkDir(filepath.Join(s.Root(), "blobs"), func(p string, e os.DirEntry, err error) error {
+		if err == nil && !e.IsDir() && strings.HasSuffix(p, hex[2:]) {
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+		return nil
+	})
+	if n != 1 {
+		t.Fatalf("removed %d files of blob %s under %s, want 1", n, d, s.Root())
 	}
 }
