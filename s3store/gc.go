@@ -56,7 +56,8 @@ func (s *Store) gcLockKey(d fsstore.Digest) string { return s.key("tmp/gc-" + d.
 // the same bytes without condition (content-addressed: identical bytes,
 // a new Last-Modified); then wait while a GC holds the blob's lock, and
 // HEAD the blob again, storing it anew if a GC removed it meanwhile.
-// Four round trips instead of one, for bytes already stored only.
+// Four round trips instead of one (five when it rewrites), for bytes
+// already stored only.
 func (s *Store) putBlob(ctx context.Context, d fsstore.Digest, b []byte) error {
 	key := s.blobKey(d)
 	var last error
@@ -104,6 +105,7 @@ func (s *Store) refresh(ctx context.Context, d fsstore.Digest, key string, b []b
 		}
 	}
 	lock := s.gcLockKey(d)
+	waiting := time.Now()
 	for {
 		l, err := s.head(ctx, lock)
 		if errors.Is(err, fsstore.ErrNotFound) {
@@ -112,8 +114,10 @@ func (s *Store) refresh(ctx context.Context, d fsstore.Digest, key string, b []b
 		if err != nil {
 			return false, err
 		}
-		if !l.date.IsZero() && l.date.Sub(l.modified) >= gcLockDead {
-			break // left by a GC that died
+		// Left by a GC that died, by the server's times; or, if the
+		// server sends no Date, by how long this has waited.
+		if !l.date.IsZero() && l.date.Sub(l.modified) >= gcLockDead || time.Since(waiting) >= gcLockDead {
+			break
 		}
 		if s.lockWait != nil {
 			s.lockWait(d)
