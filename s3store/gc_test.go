@@ -317,3 +317,29 @@ func TestOpenBlobAndRemoveTree(t *testing.T) {
 		}
 	})
 }
+
+// TestPutRequests pins what a Put costs, counted: a new blob one PUT; a
+// stored young one the 412, a HEAD of it, a HEAD of its GC lock and a
+// HEAD of it again; an old one also the PUT that rewrites it.
+func TestPutRequests(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, open := parallelBucket(t)
+	s := open(true)
+	s.SetRefreshAfter(time.Second)
+	reqs := s.CountRequests()
+	count := func(what string, want int64, b []byte) {
+		t.Helper()
+		reqs.Store(0)
+		if _, err := s.Put(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if got := reqs.Load(); got != want {
+			t.Errorf("Put of %s: %d requests, want %d", what, got, want)
+		}
+	}
+	count("a new blob", 1, []byte("new"))
+	count("a young stored blob", 4, []byte("new"))
+	time.Sleep(ageWait)
+	count("an old stored blob", 5, []byte("new"))
+}
