@@ -9,6 +9,7 @@
 //	blobs/sha256/<2 hex>/<62 hex> immutable blobs, addressed by their SHA-256
 //	names/<name>                  one record per name: fsstore.EncodeRecord's bytes
 //	tmp/<host>.<pid>.<what>-<hex> probes written by Open and Now
+//	tmp/gc-<64 hex>               a GC's lock on a blob it may delete (Store.GC)
 //
 // Claim is a PutObject with If-None-Match: *, which the server refuses
 // with 412 when the key exists: exactly one of any number of concurrent
@@ -33,6 +34,12 @@
 // is the Date of the PUT's reply, and Now is the Date of the reply to a
 // probe write. This machine's clock is never read. Both have a resolution
 // of one second.
+//
+// Blobs are collected by GC as in a folder, by age and reference; S3
+// can neither rename nor touch an object, so a Put of an old blob
+// rewrites it to make it young, and GC deletes a blob under a per-blob
+// lock that such a Put checks (Store.GC argues why no blob a writer is
+// about to bind is removed).
 //
 // Differences from the folder, each because S3 has no folders: a name
 // that is a prefix of another ("a/b" and "a/b/c") is not refused (soma's

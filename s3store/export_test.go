@@ -3,8 +3,11 @@ package s3store
 import (
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/soma-hpc/soma/fsstore"
 )
 
 // Client returns the store's S3 client: the benchmarks' raw requests go
@@ -36,3 +39,15 @@ func (c countingClient) Do(r *http.Request) (*http.Response, error) {
 	c.n.Add(1)
 	return c.c.Do(r)
 }
+
+// SetRefreshAfter sets the age past which Put rewrites a blob already
+// stored (RefreshAfter): tests age blobs by seconds, not minutes.
+func (s *Store) SetRefreshAfter(d time.Duration) { s.refreshAfter = d }
+
+// SetGCBeforeDelete makes GC call f after it took a blob's lock and read
+// its age again, just before deleting it.
+func (s *Store) SetGCBeforeDelete(f func(d fsstore.Digest)) { s.gcBeforeDelete = f }
+
+// SetLockWait makes Put call f each time it waits for a GC's lock on a
+// blob it refreshed.
+func (s *Store) SetLockWait(f func(d fsstore.Digest)) { s.lockWait = f }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"testing"
@@ -40,6 +41,9 @@ type suiteStore interface {
 	Scan(ctx context.Context, prefix string) ([]fsstore.Bound, []*fsstore.CorruptError, error)
 	List(ctx context.Context, prefix string) ([]string, error)
 	Children(ctx context.Context, prefix string) ([]string, error)
+	GC(ctx context.Context, opts fsstore.GCOptions) (fsstore.GCReport, error)
+	OpenBlob(ctx context.Context, d fsstore.Digest) (io.ReadCloser, error)
+	RemoveTree(ctx context.Context, prefix string) error
 }
 
 var (

@@ -100,6 +100,16 @@ type Store struct {
 	parallel int
 	id       string // host.pid. for probe keys
 	clockKey string
+
+	// refreshAfter is RefreshAfter; a seam for tests, which cannot wait
+	// for a blob to age by minutes.
+	refreshAfter time.Duration
+	// Fault-injection seams for this package's tests: gcBeforeDelete
+	// runs in GC after a blob's lock is taken and its age read again,
+	// before it is deleted; lockWait when a Put that refreshed a blob
+	// finds a GC's lock on it and waits.
+	gcBeforeDelete func(d fsstore.Digest)
+	lockWait       func(d fsstore.Digest)
 }
 
 // Open opens the store at root (s3://bucket/prefix). It checks the
@@ -115,7 +125,7 @@ func Open(ctx context.Context, root string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{bucket: bucket, parallel: opts.Parallelism, root: Scheme + bucket}
+	s := &Store{bucket: bucket, parallel: opts.Parallelism, root: Scheme + bucket, refreshAfter: RefreshAfter}
 	if prefix != "" {
 		s.prefix = prefix + "/"
 		s.root += "/" + prefix
@@ -334,6 +344,8 @@ func (s *Store) getObject(ctx context.Context, key string) ([]byte, object, erro
 type object struct {
 	modified time.Time
 	meta     map[string]string
+	size     int64     // HEAD only
+	date     time.Time // HEAD only: the Date of the reply, the server's now
 }
 
 // Metadata keys (x-amz-meta-*): S3 hands them back lowercased.
@@ -343,14 +355,16 @@ const (
 )
 
 // Put stores b and returns its digest. Bytes already stored are not
-// written again (a conditional PUT: blobs never change).
+// sent again while their blob is young; an old one is rewritten with the
+// same bytes, which makes it young again, as fsstore's Put refreshes a
+// blob's mtime: soma gc keeps a blob a writer is about to bind only
+// because of its age (see refresh, and GC for the whole argument).
 func (s *Store) Put(ctx context.Context, b []byte) (fsstore.Digest, error) {
 	if err := ctx.Err(); err != nil {
 		return fsstore.Digest{}, err
 	}
 	d := fsstore.Sum(b)
-	_, err := s.put(ctx, s.blobKey(d), b, putOptions{ifNoneMatch: true})
-	if err != nil && !errors.Is(err, errPrecondition) {
+	if err := s.putBlob(ctx, d, b); err != nil {
 		return fsstore.Digest{}, fmt.Errorf("put: %w", err)
 	}
 	return d, nil
@@ -401,9 +415,12 @@ func (s *Store) head(ctx context.Context, key string) (object, error) {
 	if err != nil {
 		return object{}, s.explain("head", key, err)
 	}
-	o := object{meta: out.Metadata}
+	o := object{meta: out.Metadata, date: replyDate(out.ResultMetadata)}
 	if out.LastModified != nil {
 		o.modified = *out.LastModified
+	}
+	if out.ContentLength != nil {
+		o.size = *out.ContentLength
 	}
 	return o, nil
 }

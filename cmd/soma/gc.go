@@ -8,7 +8,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/soma-hpc/soma/internal/admin"
-	"github.com/soma-hpc/soma/internal/rootstore"
 	"github.com/soma-hpc/soma/internal/status"
 	"github.com/soma-hpc/soma/study"
 )
@@ -20,7 +19,8 @@ const gcDescription = `Tidies a store, safely while trials run:
      the samplers read a few files instead of one per trial (the trials'
      own records stay: nothing can run a packed trial again);
   2. removes temp files older than --older-than (left by writers that
-     died between writing and publishing; never NFS's .nfsXXXX files);
+     died between writing and publishing; never NFS's .nfsXXXX files;
+     on a bucket, the time probes of processes that stopped);
   3. removes blobs nothing refers to and older than --older-than. It is
      conservative: a blob is kept if a name points at it, if any record
      or pack mentions its digest, or if it is young (storing bytes that
@@ -30,6 +30,9 @@ const gcDescription = `Tidies a store, safely while trials run:
      a writer takes from storing a blob to recording it (soma-trial
      reuses a blob it stored for 10 s), so it is at least a minute, and
      on NFS more (listings lag): keep the default.
+
+ROOT is a folder or a bucket (s3://bucket/prefix): the same steps, the
+same output.
 
 EXAMPLES:
    soma gc ROOT --dry-run         what would go (packs nothing, removes nothing)
@@ -60,12 +63,8 @@ func newGCCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			fs, err := rootstore.NeedFolder(s.Backend(), "soma gc")
-			if err != nil {
-				return err
-			}
 			dry := c.Bool("dry-run")
-			res, err := admin.GC(c.Context, fs, admin.GCOptions{
+			res, err := admin.GC(c.Context, s.Backend(), admin.GCOptions{
 				DryRun:    dry,
 				OlderThan: c.Duration("older-than"),
 				KeepBlobs: c.Bool("keep-blobs"),

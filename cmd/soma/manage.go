@@ -299,9 +299,11 @@ func forkAction(c *cli.Context) error {
 
 const rmDescription = `Removes a study: its records (spec, versions, queue, trials, packs,
 submissions), its logs (ROOT/logs/NAME, ROOT/slurm/NAME) and its work
-folders (ROOT/work/NAME). Other studies in the root are not touched;
-blobs nothing refers to any more go at the next soma gc. It says what it
-removes first; --dry-run stops there.
+folders (ROOT/work/NAME). On a bucket root (s3://...): its records in the
+bucket, and its logs and work folders in soma-trial's --local folder on
+this machine (default ./soma-local). Other studies in the root are not
+touched; blobs nothing refers to any more go at the next soma gc. It says
+what it removes first; --dry-run stops there.
 
 It refuses while any trial is running (stop the array job first: scancel),
 unless --force; a runner still running after --force fails at its next
@@ -316,12 +318,13 @@ func newRmCommand() *cli.Command {
 	return &cli.Command{
 		Name:        "rm",
 		Usage:       "remove a study's records, logs and work folders",
-		UsageText:   "soma rm ROOT --study NAME [--force] [--dry-run]",
+		UsageText:   "soma rm ROOT --study NAME [--force] [--dry-run] [--local DIR]",
 		Description: rmDescription,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "study", Aliases: []string{"s"}, Usage: "the study to remove (required)"},
 			&cli.BoolFlag{Name: "force", Aliases: []string{"f"}, Usage: "remove even while trials run"},
 			&cli.BoolFlag{Name: "dry-run", Aliases: []string{"n"}, Usage: "say what would be removed; remove nothing"},
+			localFlag(),
 		},
 		Action: rmAction,
 	}
@@ -335,10 +338,15 @@ func rmAction(c *cli.Context) error {
 	if err := study.ValidateName(name); err != nil {
 		return usageError{err}
 	}
-	if rootstore.IsBucket(root) {
-		return fmt.Errorf("soma rm: %s is a bucket, and soma rm works on a study folder only (the bucket store has studies and trials, not yet this)", root)
+	local, err := localFolder(c, root)
+	if err != nil {
+		return err
 	}
-	rep, err := admin.Remove(c.Context, root, name, admin.RemoveOptions{Force: c.Bool("force"), DryRun: c.Bool("dry-run")})
+	s, err := rootstore.Open(c.Context, root, rootstore.Options{})
+	if err != nil {
+		return err
+	}
+	rep, err := admin.Remove(c.Context, s, name, admin.RemoveOptions{Force: c.Bool("force"), DryRun: c.Bool("dry-run"), Local: local})
 	w := c.App.Writer
 	if rep.Root != "" && len(rep.Parts) > 0 {
 		verb := "removes"

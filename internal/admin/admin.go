@@ -1,5 +1,5 @@
-// Package admin holds the commands that change a soma folder rather than
-// look at it: creating a study without running a trial (soma init) and
+// Package admin holds the commands that change a soma store (a folder,
+// or for gc and rm a bucket too) rather than look at it: creating a study without running a trial (soma init) and
 // collecting garbage (soma gc: temp files left by dead writers,
 // unreferenced blobs, and packing the records of ended trials).
 package admin
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/s3store"
 	"github.com/soma-hpc/soma/study"
 )
 
@@ -50,6 +51,26 @@ func Init(ctx context.Context, root, name string, spec *study.Spec) (InitResult,
 	return InitResult{Root: s.Root(), Study: name, Created: !existed, Params: st.Space().Len(), Limit: st.Limit()}, nil
 }
 
+// Store is what GC and Remove need of a store: a folder
+// (*fsstore.Store) or a bucket (*s3store.Store), as rootstore.Store
+// hands either over. The two implement GC, RemoveTree and OpenBlob with
+// the same contract, so nothing here learns which one it has.
+type Store interface {
+	study.Store
+	// Root is the folder's absolute path, or s3://bucket/prefix.
+	Root() string
+	Unbind(ctx context.Context, name string) error
+	List(ctx context.Context, prefix string) ([]string, error)
+	RemoveTree(ctx context.Context, prefix string) error
+	GC(ctx context.Context, o fsstore.GCOptions) (fsstore.GCReport, error)
+	OpenBlob(ctx context.Context, d fsstore.Digest) (io.ReadCloser, error)
+}
+
+var (
+	_ Store = (*fsstore.Store)(nil)
+	_ Store = (*s3store.Store)(nil)
+)
+
 // GCOptions configure GC.
 type GCOptions struct {
 	// DryRun reports what would be removed and changes nothing (it does
@@ -57,8 +78,9 @@ type GCOptions struct {
 	DryRun bool
 	// OlderThan: temp files and unreferenced blobs younger than this, in
 	// file-server time, are kept (a writer puts a blob before it binds a
-	// name to it, up to study.BlobReuse before). Zero means one hour;
-	// below study.MinGCAge is refused.
+	// name to it, up to study.BlobReuse before; on a bucket, a Put leaves
+	// a blob up to s3store.RefreshAfter older than that). Zero means one
+	// hour; below study.MinGCAge is refused.
 	OlderThan time.Duration
 	// KeepBlobs skips blob collection: only temp files are removed.
 	KeepBlobs bool
@@ -100,8 +122,9 @@ func leafKind(kind string) bool {
 // mentions it, or when it is younger than OlderThan. A corrupt record
 // might point at any blob, so with one anywhere in the store no blob is
 // collected (BlobsSkipped says which), and the rest of GC still runs.
-// Safe to run while trials run.
-func GC(ctx context.Context, s *fsstore.Store, o GCOptions) (GCResult, error) {
+// Safe to run while trials run, on a folder or a bucket (whose GCs say
+// why each is safe).
+func GC(ctx context.Context, s Store, o GCOptions) (GCResult, error) {
 	res := GCResult{Packed: map[string]study.PackReport{}}
 	if o.OlderThan != 0 && o.OlderThan < study.MinGCAge {
 		return res, fmt.Errorf("gc: keeping only what is younger than %s is unsafe while trials run: a trial runner binds a blob up to %s after storing it (give %s or more; the default, an hour, suits NFS, whose listings lag)", o.OlderThan, study.BlobReuse, study.MinGCAge)
@@ -151,7 +174,7 @@ func GC(ctx context.Context, s *fsstore.Store, o GCOptions) (GCResult, error) {
 // referenced returns the digests mentioned anywhere but as a name's own
 // digest: in names, in meta values, and inside bound blobs whose kind is
 // not a known leaf (read as a stream, so a big blob costs no memory).
-func referenced(ctx context.Context, s *fsstore.Store, bound []fsstore.Bound) (map[fsstore.Digest]bool, error) {
+func referenced(ctx context.Context, s Store, bound []fsstore.Bound) (map[fsstore.Digest]bool, error) {
 	keep := make(map[fsstore.Digest]bool)
 	var hs hexScanner
 	hs.found = func(h []byte) {
@@ -186,7 +209,7 @@ func referenced(ctx context.Context, s *fsstore.Store, bound []fsstore.Bound) (m
 
 // scanBlob feeds blob d to hs. A blob that is missing or corrupt
 // mentions nothing that can be trusted; the name still keeps it.
-func scanBlob(ctx context.Context, s *fsstore.Store, d fsstore.Digest, hs *hexScanner) error {
+func scanBlob(ctx context.Context, s Store, d fsstore.Digest, hs *hexScanner) error {
 	rc, err := s.OpenBlob(ctx, d)
 	var ce *fsstore.CorruptError
 	switch {

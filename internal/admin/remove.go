@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/soma-hpc/soma/fsstore"
+	"github.com/soma-hpc/soma/s3store"
 	"github.com/soma-hpc/soma/study"
 )
 
@@ -23,11 +24,15 @@ type RemoveOptions struct {
 	Force bool
 	// DryRun says what would be removed and removes nothing.
 	DryRun bool
+	// Local is, for a bucket, the folder that holds the files soma-trial
+	// wrote beside it (its --local: logs/ and work/); empty: none. A
+	// folder store holds them itself, and Local is not used.
+	Local string
 }
 
 // RemovePart is one thing Remove removes.
 type RemovePart struct {
-	Path  string // absolute
+	Path  string // absolute, or s3://bucket/prefix/names/study/NAME
 	What  string // "records", "logs", "work folders"
 	Files int
 	Bytes int64
@@ -46,22 +51,26 @@ type RemoveReport struct {
 	Removed bool
 }
 
-// Remove removes study name from the store at root: its records (spec,
-// versions, queue, trials, packs), its logs (logs/<name>), its Slurm scripts and logs
-// (slurm/<name>) and its work folders (work/<name>). Other studies are not touched; blobs stay until
+// Remove removes study name from the store s, a folder or a bucket: its
+// records (spec, versions, queue, trials, packs), and the files beside
+// them: its logs (logs/<name>), its Slurm scripts and logs (slurm/<name>)
+// and its work folders (work/<name>), in the root folder, or for a
+// bucket in opts.Local. Other studies are not touched; blobs stay until
 // soma gc finds nothing refers to them. It refuses, with ErrRunning and
 // the report, while any trial is running, unless Force. The spec record
 // goes first, so that no runner joins the study while the rest goes.
-func Remove(ctx context.Context, root, name string, opts RemoveOptions) (RemoveReport, error) {
+func Remove(ctx context.Context, s Store, name string, opts RemoveOptions) (RemoveReport, error) {
 	rep := RemoveReport{Study: name}
 	if err := study.ValidateName(name); err != nil {
 		return rep, err
 	}
-	s, err := fsstore.Open(root, fsstore.Options{})
-	if err != nil {
-		return rep, err
-	}
 	rep.Root = s.Root()
+	beside := rep.Root // the folder of logs/, slurm/ and work/
+	recsPath := filepath.Join(rep.Root, "names", "study", name)
+	if s3store.IsRoot(rep.Root) {
+		beside = opts.Local
+		recsPath = rep.Root + "/names/study/" + name
+	}
 	prefix := "study/" + name
 	recs, err := s.List(ctx, prefix)
 	if err != nil {
@@ -86,10 +95,16 @@ func Remove(ctx context.Context, root, name string, opts RemoveOptions) (RemoveR
 		}
 	}
 	if len(recs) > 0 {
-		rep.Parts = append(rep.Parts, RemovePart{Path: filepath.Join(rep.Root, "names", "study", name), What: "records", Files: len(recs)})
+		rep.Parts = append(rep.Parts, RemovePart{Path: recsPath, What: "records", Files: len(recs)})
 	}
 	for _, d := range []struct{ dir, what string }{{"logs", "logs"}, {"slurm", "slurm files"}, {"work", "work folders"}} {
-		p := filepath.Join(rep.Root, d.dir, name)
+		if beside == "" {
+			break
+		}
+		p, err := filepath.Abs(filepath.Join(beside, d.dir, name))
+		if err != nil {
+			return rep, err
+		}
 		files, bytes, err := du(p)
 		if err != nil {
 			return rep, err
@@ -118,18 +133,33 @@ func Remove(ctx context.Context, root, name string, opts RemoveOptions) (RemoveR
 	if err := s.RemoveTree(ctx, prefix); err != nil {
 		return rep, err
 	}
-	r, err := os.OpenRoot(rep.Root)
-	if err != nil {
-		return rep, err
-	}
-	defer r.Close()
-	for _, d := range []string{"logs", "slurm", "work"} {
-		if err := r.RemoveAll(filepath.Join(d, name)); err != nil {
-			return rep, fmt.Errorf("admin: remove %s: %w", filepath.Join(rep.Root, d, name), err)
+	if beside != "" {
+		if err := removeFiles(beside, name); err != nil {
+			return rep, err
 		}
 	}
 	rep.Removed = true
 	return rep, nil
+}
+
+// removeFiles removes logs/<name>, slurm/<name> and work/<name> under
+// the folder files, through an os.Root: a link in them is removed, never
+// followed out of it. A missing files folder has nothing to remove.
+func removeFiles(files, name string) error {
+	r, err := os.OpenRoot(files)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	for _, d := range []string{"logs", "slurm", "work"} {
+		if err := r.RemoveAll(filepath.Join(d, name)); err != nil {
+			return fmt.Errorf("admin: remove %s: %w", filepath.Join(files, d, name), err)
+		}
+	}
+	return nil
 }
 
 // du counts the files and bytes under p without following links; -1

@@ -8,20 +8,27 @@ package rootstore
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/soma-hpc/soma/fsstore"
 	"github.com/soma-hpc/soma/s3store"
 	"github.com/soma-hpc/soma/study"
 )
 
-// Store is a store as study, soma-trial and the views use it: study's
-// own interface, Unbind (packing retires merged packs with it), and Root
-// for messages.
+// Store is a store as study, soma-trial, the views and soma gc and rm
+// use it: study's own interface, Unbind (packing retires merged packs
+// with it), Root for messages, and what the admin commands need (List,
+// RemoveTree, GC, OpenBlob), which both stores implement with the same
+// contract (s3store's GC says how it keeps blobs safe without rename).
 type Store interface {
 	study.Store
 	Unbind(ctx context.Context, name string) error
 	// Root is the folder's absolute path, or s3://bucket/prefix.
 	Root() string
+	List(ctx context.Context, prefix string) ([]string, error)
+	RemoveTree(ctx context.Context, prefix string) error
+	GC(ctx context.Context, o fsstore.GCOptions) (fsstore.GCReport, error)
+	OpenBlob(ctx context.Context, d fsstore.Digest) (io.ReadCloser, error)
 }
 
 var (
@@ -49,7 +56,7 @@ func Open(ctx context.Context, root string, o Options) (Store, error) {
 }
 
 // Folder returns s's folder store, for the commands that work on files
-// (worker registry, Slurm job records, gc); ok false for a bucket.
+// (worker registry, Slurm job records); ok false for a bucket.
 func Folder(s Store) (f *fsstore.Store, ok bool) {
 	f, ok = s.(*fsstore.Store)
 	return f, ok
@@ -61,5 +68,5 @@ func NeedFolder(s Store, what string) (*fsstore.Store, error) {
 	if f, ok := Folder(s); ok {
 		return f, nil
 	}
-	return nil, fmt.Errorf("%s: %s is a bucket, and %s works on a study folder only (the bucket store has studies and trials, not yet this)", what, s.Root(), what)
+	return nil, fmt.Errorf("%s: %s is a bucket, and %s works on a study folder only (workers and Slurm jobs keep their records as files: give the folder they use)", what, s.Root(), what)
 }
