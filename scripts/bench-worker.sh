@@ -5,7 +5,10 @@
 #   round trip  a warm no-op plan over loopback HTTP (p50, p99), against
 #               the floor: the same frame to an already running Python
 #               over a pipe plus a bare loopback HTTP request (goal: p50
-#               < 5 ms and within 2x of the floor). Latency on a shared
+#               < 5 ms and within 2x of the floor), and against the two
+#               composed with no soma between them (http-to-pipe: a bare
+#               HTTP handler that calls the Python over the pipe, which
+#               on few cores costs well above the sum). Latency on a shared
 #               machine is noisy: ROUNDS runs of N plans each, medians of
 #               their p50s and p99s, the load average before and after,
 #               and the CPU each plan cost (Go: client, server and worker
@@ -71,7 +74,9 @@ END {
 	for (r = 1; r <= rows; r++) {
 		k = order[r]; cpu = ""; vs = ""
 		if (GO[k] != "") cpu = sprintf("%.0f / %.0f", median(GO[k]), median(PY[k]))
-		if (k == "soma-worker" || k == "in-process") vs = sprintf("%.1fx (floor %.3f ms = pipe + http)", median(P50[k]) / floor, floor)
+		if (k == "soma-worker" || k == "in-process") vs = sprintf("%.1fx pipe + http (%.3f ms)", median(P50[k]) / floor, floor)
+		if (k == "soma-worker" && P50["http-to-pipe"] != "") vs = vs sprintf("; %.1fx http-to-pipe", median(P50[k]) / median(P50["http-to-pipe"]))
+		if (k == "http-to-pipe") vs = sprintf("%.1fx pipe + http: the two composed", median(P50[k]) / floor)
 		printf "| %s | %.3f | %.3f | %s | %s |\n", k, median(P50[k]), median(P99[k]), cpu, vs
 	}
 }' "$tmp/rt.txt"
