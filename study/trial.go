@@ -382,7 +382,11 @@ func (b *blobReuse) fresh(t time.Time) bool {
 // gc refuses a G below MinGCAge = 6 x BlobReuse: W holds with five
 // sixths of G to spare for slow round trips, against all of G before. A
 // process measures BlobReuse on its own clocks (blobReuse.fresh), which
-// runs at the server's rate to within parts per million. One exception
+// runs at the server's rate to within parts per million. On a bucket,
+// where an object's time cannot be touched, a Put refreshes a blob only
+// once it is s3store.RefreshAfter (10 s) old, so the bound there is
+// BlobReuse + RefreshAfter: W holds with four sixths of G to spare (the
+// argument for the bucket is at s3store's GC). One exception
 // (Run.write): an attempt whose record has referred to the blob since
 // its claim binds it again without a Put.
 func (s *Study) blobForEmpty(ctx context.Context) (fsstore.Digest, error) {

@@ -106,3 +106,22 @@ func TestBucketKill9MidTrialIsRetried(t *testing.T) {
 		t.Errorf("objective pid %d of the killed soma-trial is still alive", p)
 	}
 }
+
+// TestBucketFailureHintsNameLocal: with a bucket root the logs are in
+// --local, so the hints after failed trials say soma logs ROOT --local
+// DIR (they said "soma logs soma-local", which names no root at all).
+func TestBucketFailureHintsNameLocal(t *testing.T) {
+	e, extra := bucketEnv(t)
+	local := filepath.Join(t.TempDir(), "here")
+	c := exec.Command(bin, "--root", e.root, "--study", "s", "--local", local, "--param", "x=float:0:1",
+		"--budget", "3", "--sampler", "random", "--", "/bin/sh", "-c", "echo broken >&2; exit 1")
+	c.Env = append(os.Environ(), extra...)
+	out, _ := c.CombinedOutput()
+	if code := c.ProcessState.ExitCode(); code != exitAllFailed {
+		t.Fatalf("exit %d, want %d\n%s", code, exitAllFailed, out)
+	}
+	want := "soma logs " + e.root + " --local " + local + " --study s TRIAL --stderr"
+	if n := strings.Count(string(out), want); n != 2 {
+		t.Errorf("%q appears %d times, want 2 (the warning after 3 failures, and the exit)\n%s", want, n, out)
+	}
+}

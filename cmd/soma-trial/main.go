@@ -198,8 +198,12 @@ func action(c *cli.Context, sig <-chan os.Signal) error {
 	// Logs and working folders are files the objective writes: in the
 	// root when it is a folder, else in --local.
 	local := store.Root()
+	logsCmd := "soma logs " + store.Root()
 	if rootstore.IsBucket(local) {
 		local = c.String("local")
+		// soma logs reads a bucket study's logs from --local: the hints
+		// name it (they said "soma logs soma-local", which is no root).
+		logsCmd += " --local " + local
 		if err := os.MkdirAll(local, 0o777); err != nil {
 			return fmt.Errorf("--local %s: %w", local, err)
 		}
@@ -240,17 +244,18 @@ func action(c *cli.Context, sig <-chan os.Signal) error {
 		}
 	}
 	sum, err := trialrun.Run(ctx, st, local, trialrun.Options{
-		Argv:       argv,
-		Trial:      c.Int("trial"),
-		MaxTrials:  c.Int("max-trials"),
-		Parallel:   c.Int("parallel"),
-		Timeout:    c.Duration("timeout"),
-		KillGrace:  c.Duration("kill-grace"),
-		NoWait:     c.Bool("no-wait"),
-		Who:        who,
-		Log:        c.App.ErrWriter,
-		Verbose:    c.Bool("verbose"),
-		PythonPath: helperDir,
+		Argv:        argv,
+		Trial:       c.Int("trial"),
+		MaxTrials:   c.Int("max-trials"),
+		Parallel:    c.Int("parallel"),
+		Timeout:     c.Duration("timeout"),
+		KillGrace:   c.Duration("kill-grace"),
+		NoWait:      c.Bool("no-wait"),
+		Who:         who,
+		Log:         c.App.ErrWriter,
+		Verbose:     c.Bool("verbose"),
+		PythonPath:  helperDir,
+		LogsCommand: logsCmd,
 		// The running executable's own file, even if it is replaced on
 		// disk while the study runs.
 		Guard: "/proc/self/exe",
@@ -258,7 +263,7 @@ func action(c *cli.Context, sig <-chan os.Signal) error {
 	if err == nil {
 		fmt.Fprintf(c.App.ErrWriter, "soma-trial: %s: ran %d trials (%s); stopped: %s\n", st.Name(), sum.Ran, sum.StatesText(), stopReason(sum.Stopped))
 		if allFailed(sum) {
-			return fmt.Errorf("%w (%d): see why with soma logs %s --study %s TRIAL --stderr", errAllFailed, sum.States["failed"], store.Root(), st.Name())
+			return fmt.Errorf("%w (%d): see why with %s --study %s TRIAL --stderr", errAllFailed, sum.States["failed"], logsCmd, st.Name())
 		}
 	}
 	if errors.Is(err, trialrun.ErrInterrupted) && sum.Signal == syscall.SIGUSR1 && c.Bool("requeue-on-usr1") {

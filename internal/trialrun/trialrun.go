@@ -52,6 +52,10 @@ type Options struct {
 	Verbose bool
 	// PythonPath holds soma_report.py; prepended to the objective's PYTHONPATH.
 	PythonPath string
+	// LogsCommand is how a user reads this study's logs, for messages:
+	// "soma logs ROOT --local DIR" with a bucket root, whose logs are in
+	// the local folder. Empty means "soma logs " + the root given to Run.
+	LogsCommand string
 	// Env is the objective's base environment (nil: this process's).
 	Env []string
 	// Guard is the executable that guards each objective's process tree
@@ -937,8 +941,8 @@ func (l *loop) sameFailure(why string) {
 	l.firstFails++
 	if l.firstFails == sameFailures {
 		l.logf("soma-trial: WARNING: the first %d trials all failed the same way: %s\n"+
-			"soma-trial: WARNING: the objective may fail every trial; try it by hand, or see soma logs %s --study %s TRIAL --stderr",
-			sameFailures, why, l.root, l.st.Name())
+			"soma-trial: WARNING: the objective may fail every trial; try it by hand, or see %s --study %s TRIAL --stderr",
+			sameFailures, why, l.logsCommand(), l.st.Name())
 	}
 }
 
@@ -1180,4 +1184,12 @@ func localWorkers(dir string) int {
 		}
 	}
 	return n
+}
+
+// logsCommand is Options.LogsCommand, or soma logs of the root.
+func (l *loop) logsCommand() string {
+	if l.o.LogsCommand != "" {
+		return l.o.LogsCommand
+	}
+	return "soma logs " + l.root
 }
