@@ -2,8 +2,6 @@ package s3store_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io"
 	"slices"
@@ -40,10 +38,7 @@ const (
 // server's settings as an aws.Config.
 func parallelBucket(t *testing.T) (root string, open func(create bool) *s3store.Store) {
 	srv := testutil.NeedS3(t)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	root = "s3://" + srv.Bucket + "/gc-" + hex.EncodeToString(b[:])
-	srv.RemoveAtEnd(t, root)
+	root = srv.FreshRoot(t, "gc")
 	return root, func(create bool) *s3store.Store {
 		cfg := aws.Config{Region: srv.Region, Credentials: credentials.NewStaticCredentialsProvider(srv.AccessKey, srv.SecretKey, "")}
 		s, err := s3store.Open(context.Background(), root, s3store.Options{Create: create, Config: &cfg, Endpoint: srv.Endpoint})

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io"
 	"os"
@@ -90,11 +88,7 @@ func impls() []impl {
 func freshPrefix(t testing.TB) string {
 	srv := testutil.NeedS3(t)
 	srv.Setenv(t)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	root := "s3://" + srv.Bucket + "/t-" + hex.EncodeToString(b[:])
-	srv.RemoveAtEnd(t, root)
-	return root
+	return srv.FreshRoot(t, "t")
 }
 
 // raw returns a client of the test server that the store does not wrap,

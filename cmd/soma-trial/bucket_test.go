@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,10 +22,7 @@ func bucketEnv(t *testing.T) (env, []string) {
 	t.Helper()
 	e := newEnv(t)
 	srv := testutil.NeedS3(t)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	e.root = "s3://" + srv.Bucket + "/trial-" + hex.EncodeToString(b[:])
-	srv.RemoveAtEnd(t, e.root)
+	e.root = srv.FreshRoot(t, "trial")
 	local := filepath.Join(t.TempDir(), "local")
 	return e, append(srv.Env(), "STEPS=1", "SOMA_TEST_LOCAL="+local)
 }

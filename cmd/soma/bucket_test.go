@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,10 +22,7 @@ func TestStatusOnBucket(t *testing.T) {
 	srv := testutil.NeedS3(t)
 	srv.Setenv(t)
 	ctx := context.Background()
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	root := "s3://" + srv.Bucket + "/status-" + hex.EncodeToString(b[:])
-	srv.RemoveAtEnd(t, root)
+	root := srv.FreshRoot(t, "status")
 	s, err := rootstore.Open(ctx, root, rootstore.Options{Create: true})
 	if err != nil {
 		t.Fatal(err)

@@ -2,8 +2,6 @@ package admin
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,10 +21,7 @@ func TestGCAndRemoveOnBucket(t *testing.T) {
 	srv := testutil.NeedS3(t)
 	srv.Setenv(t)
 	ctx := context.Background()
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	root := "s3://" + srv.Bucket + "/admin-" + hex.EncodeToString(b[:])
-	srv.RemoveAtEnd(t, root)
+	root := srv.FreshRoot(t, "admin")
 	s, err := s3store.Open(ctx, root, s3store.Options{Create: true})
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,8 @@ package testutil
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -133,6 +135,17 @@ func findS3() (S3, string) {
 	}
 	resp.Body.Close()
 	return s, ""
+}
+
+// FreshRoot returns a root under a prefix of the test bucket no other
+// test uses (s3://bucket/name-<12 hex>), removed when t ends.
+func (s S3) FreshRoot(t testing.TB, name string) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	root := "s3://" + s.Bucket + "/" + name + "-" + hex.EncodeToString(b[:])
+	s.RemoveAtEnd(t, root)
+	return root
 }
 
 // RemoveAtEnd removes every key under root (s3://bucket/prefix) when t
