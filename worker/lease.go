@@ -174,19 +174,27 @@ func newNonce() string {
 // claimLease claims slot of worker for holder, first ending the stale
 // incarnation seen in stale, if any. It reports whether it won.
 func claimLease(ctx context.Context, store leaseStore, w WorkerID, slot int, stale *fsstore.Bound, holder string, req Requirement, timeout time.Duration) (Lease, bool, error) {
+	l, _, won, err := claimLeaseState(ctx, store, nil, w, slot, stale, holder, req, timeout)
+	return l, won, err
+}
+
+// claimLeaseState is claimLease taking the lease blob's digest from st
+// (placeState.leaseDigest; nil: a Put for every claim). It also returns
+// the meta of the lease record it bound.
+func claimLeaseState(ctx context.Context, store leaseStore, st *placeState, w WorkerID, slot int, stale *fsstore.Bound, holder string, req Requirement, timeout time.Duration) (Lease, fsstore.Meta, bool, error) {
 	name := leaseName(w, slot)
 	if stale != nil {
 		if n, ok := stale.Meta.Get(leaseMetaNonce); ok {
 			if err := endLease(ctx, store, name, n, timeout); err != nil {
-				return Lease{}, false, err
+				return Lease{}, nil, false, err
 			}
 		} else if err := endLease(ctx, store, name, "", timeout); err != nil {
-			return Lease{}, false, err
+			return Lease{}, nil, false, err
 		}
 	}
-	d, err := store.Put(ctx, leaseBlob)
+	d, err := st.leaseDigest(ctx, store)
 	if err != nil {
-		return Lease{}, false, fmt.Errorf("worker: lease %s: %w", name, err)
+		return Lease{}, nil, false, fmt.Errorf("worker: lease %s: %w", name, err)
 	}
 	l := Lease{Worker: w, Slot: slot, Nonce: newNonce()}
 	meta := fsstore.Meta{}.
@@ -198,9 +206,9 @@ func claimLease(ctx context.Context, store leaseStore, w WorkerID, slot int, sta
 		Set(leaseMetaMemory, strconv.FormatUint(req.Memory, 10))
 	won, err := store.ClaimEphemeral(ctx, name, d, meta)
 	if err != nil {
-		return Lease{}, false, fmt.Errorf("worker: lease %s: %w", name, err)
+		return Lease{}, nil, false, fmt.Errorf("worker: lease %s: %w", name, err)
 	}
-	return l, won, nil
+	return l, meta, won, nil
 }
 
 // endLease unbinds lease name if it still carries nonce (see the comment

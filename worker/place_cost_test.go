@@ -49,7 +49,7 @@ func TestPlacementFileOperations(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		held = append(held, startPlacement(c, w, l, now, time.Hour, nil))
+		held = append(held, startPlacement(c, nil, w, l, now, time.Hour, nil))
 		got := map[string]int64{"now": c.Nows.Load(), "scan": c.Scans.Load(), "put": c.Puts.Load(), "claim": c.Claims.Load(), "touch": c.Touches.Load(), "resolve": c.Resolves.Load(), "unbind": c.unbinds.Load()}
 		want := map[string]int64{"now": 1, "scan": 2, "put": 1, "claim": 1, "touch": 0, "resolve": 0, "unbind": 0}
 		for k, n := range want {
