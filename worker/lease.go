@@ -161,6 +161,7 @@ type leaseStore interface {
 	Resolve(ctx context.Context, name string) (fsstore.Bound, error)
 	UnbindEphemeral(ctx context.Context, name string) error
 	Touch(ctx context.Context, name string) (time.Time, error)
+	TouchResolve(ctx context.Context, name string) (fsstore.Bound, error)
 }
 
 var _ leaseStore = (*fsstore.Store)(nil)
@@ -353,21 +354,20 @@ func releaseHeld(ctx context.Context, store leaseStore, l Lease, timeout time.Du
 	if lost || last.IsZero() {
 		return releaseLease(ctx, store, l, timeout)
 	}
+	// The Touch and the read of the nonce are one open (TouchResolve):
+	// the record read is the one touched. Bug (issue 15): a Touch and a
+	// Resolve, two opens, 10 of a Placer's 22 system calls a placement.
 	name := l.Name()
-	t, err := store.Touch(ctx, name)
+	b, err := store.TouchResolve(ctx, name)
+	var ce *fsstore.CorruptError
 	switch {
 	case errors.Is(err, fsstore.ErrNotFound):
 		return nil // released or reclaimed already
-	case err != nil:
+	case err != nil && !errors.As(err, &ce):
 		return fmt.Errorf("worker: release %s: %w", name, err)
-	case t.Sub(last) > timeout:
+	case !b.Time.IsZero() && b.Time.Sub(last) > timeout:
 		// A gap: it may be being reclaimed right now.
 		return releaseLease(ctx, store, l, timeout)
-	}
-	b, err := store.Resolve(ctx, name)
-	switch {
-	case errors.Is(err, fsstore.ErrNotFound):
-		return nil
 	case err != nil:
 		return fmt.Errorf("worker: release %s: %w", name, err)
 	}
