@@ -212,6 +212,15 @@ func claimLeaseState(ctx context.Context, store leaseStore, st *placeState, w Wo
 	return l, meta, won, nil
 }
 
+// leaseUse is the part of a lease's meta that says what its plan asked
+// for (what fillSlots sums).
+func leaseUse(req Requirement) fsstore.Meta {
+	return fsstore.Meta{}.
+		Set(leaseMetaGPUs, strconv.Itoa(req.GPUs)).
+		Set(leaseMetaCPUs, strconv.Itoa(req.CPUs)).
+		Set(leaseMetaMemory, strconv.FormatUint(req.Memory, 10))
+}
+
 // endLease unbinds lease name if it still carries nonce (see the comment
 // at the top of this file). It returns nil when the lease has been ended
 // by this call, was already gone, or is being ended by another process

@@ -357,13 +357,18 @@ func placeLeaseFrom(ctx context.Context, store leaseStore, req Requirement, time
 				if b, ok := w.stale[slot]; ok {
 					stale = &b
 				}
+				if !st.leaseView().reserve(w.Record.ID, slot, req) {
+					continue // another placement through st is claiming it, or won it
+				}
 				l, meta, won, err := claimLeaseState(ctx, store, st, w.Record.ID, slot, stale, holder, req, timeout)
 				if err != nil {
+					st.leaseView().unreserve(w.Record.ID, slot)
 					return WorkerRecord{}, Lease{}, time.Time{}, err
 				}
 				if !won {
 					// Another placer is at work: what st keeps of the
 					// leases is behind; the next placement lists them.
+					st.leaseView().unreserve(w.Record.ID, slot)
 					st.leaseView().forget()
 					continue
 				}

@@ -17,7 +17,8 @@ import (
 //   - placed: each plan is placed through the folder (Place with Wait),
 //     sent to the chosen worker, and its lease released;
 //   - placer: the same through one Placer shared by the senders (the
-//     registry read once a second, the leases for every placement);
+//     registry and the leases read once a second, kept up to date by
+//     its own claims and releases);
 //   - direct: the same plans sent straight to known workers (sender g
 //     always uses worker g%2, so 4 per worker: its slots), which is the
 //     peer placement is measured against: what it costs is the
@@ -122,8 +123,7 @@ func BenchmarkPlacedPlans(b *testing.B) {
 		})
 	})
 	// One Placer for the 8 senders, as a long-lived client or service
-	// would hold: it reads the registry once a second, the leases for
-	// every placement.
+	// would hold: it reads the registry and the leases once a second.
 	placer := NewPlacer(s, PlaceOptions{Wait: true, WaitInterval: 5 * time.Millisecond, Timeout: time.Hour}, 0)
 	b.Run("placer", func(b *testing.B) {
 		bench(b, func(g int, p *Plan) error {

@@ -207,6 +207,11 @@ func (c *registryCache) forget() {
 // never behind this placer's own doings, except for a release that
 // landed while another goroutine listed (the view then holds the slot
 // until the next listing: a free slot missed, nothing worse).
+//
+// Slots this placer's goroutines are claiming right now are pending: the
+// others skip them, so placements through one placer never race each
+// other for a slot (a lost claim would drop the view: issue 15, 8 senders
+// sharing one Placer picked the same free slot from the same view).
 type leaseView struct {
 	window time.Duration
 
@@ -214,6 +219,7 @@ type leaseView struct {
 	at       time.Time // server time read before the listing; zero: none held
 	held     map[WorkerID]map[int]leaseSeen
 	problems []Problem
+	pending  map[WorkerID]map[int]leaseSeen // being claimed by this placer; kept by forget
 }
 
 // fill sets infos' slots (fillSlots) from the view if it was listed no
@@ -226,7 +232,7 @@ func (v *leaseView) fill(ctx context.Context, store leaseStore, now time.Time, t
 		if err != nil {
 			return nil, err
 		}
-		fillSlots(infos, held)
+		fillSlots(infos, held, nil)
 		return problems, nil
 	}
 	v.mu.Lock()
@@ -242,7 +248,7 @@ func (v *leaseView) fill(ctx context.Context, store leaseStore, now time.Time, t
 		}
 		v.at, v.held, v.problems = now, held, problems
 	}
-	fillSlots(infos, v.held)
+	fillSlots(infos, v.held, v.pending)
 	return v.problems, nil
 }
 
@@ -256,14 +262,51 @@ func (v *leaseView) forget() {
 	v.mu.Unlock()
 }
 
+// reserve marks slot of w pending, for a claim by this placer asking for
+// req, unless another of its placements is claiming it or has won it
+// since the caller's view was filled: then it reports false, and the
+// caller tries another slot. A nil view reserves everything.
+func (v *leaseView) reserve(w WorkerID, slot int, req Requirement) bool {
+	if v == nil {
+		return true
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, ok := v.pending[w][slot]; ok {
+		return false
+	}
+	if ls, ok := v.held[w][slot]; ok && !ls.stale {
+		return false
+	}
+	if v.pending == nil {
+		v.pending = make(map[WorkerID]map[int]leaseSeen)
+	}
+	if v.pending[w] == nil {
+		v.pending[w] = make(map[int]leaseSeen)
+	}
+	v.pending[w][slot] = leaseSeen{b: fsstore.Bound{Name: leaseName(w, slot), Meta: leaseUse(req)}}
+	return true
+}
+
+// unreserve ends a claim of slot of w that was not won.
+func (v *leaseView) unreserve(w WorkerID, slot int) {
+	if v == nil {
+		return
+	}
+	v.mu.Lock()
+	delete(v.pending[w], slot)
+	v.mu.Unlock()
+}
+
 // claimed records a lease this placer won: its slot is held, by a live
-// lease asking for what meta says.
+// lease asking for what meta says, and no longer pending.
 func (v *leaseView) claimed(l Lease, meta fsstore.Meta) {
 	if v == nil {
 		return
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	delete(v.pending[l.Worker], l.Slot)
 	if v.held == nil {
 		return // nothing listed to update: the next placement lists
 	}

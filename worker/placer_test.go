@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -283,5 +284,83 @@ func TestLeaseBlobStoredOncePerReuse(t *testing.T) {
 		if got := c.Puts.Load(); got != tc.wantPut {
 			t.Errorf("%s: %d Puts, want %d", tc.name, got, tc.wantPut)
 		}
+	}
+}
+
+// TestPlacerGoroutinesNeverRaceEachOther: placements through one Placer
+// at once never claim the same slot (a slot being claimed is pending, and
+// the others skip it), so none loses a claim to another and drops the
+// view. Bug (issue 15): 8 senders sharing one Placer picked the same
+// free slot from the same view; the losers made a temp file and a link
+// for nothing and the next placement listed leases/ again.
+func TestPlacerGoroutinesNeverRaceEachOther(t *testing.T) {
+	ctx := context.Background()
+	s := newRegStore(t)
+	for _, id := range []string{"w0", "w1"} {
+		announce(t, s, testRecord(id, 4, 0, 0), time.Hour)
+	}
+	c := &countingStore{Counter: fsstore.NewCounter(s)}
+	st := newPlaceState(time.Hour, time.Hour)
+
+	// Deterministic: every slot but one pending; the placement takes
+	// that one, with one claim.
+	if _, _, _, err := listWorkersCached(ctx, c, ListOptions{Timeout: time.Hour}, st); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if !st.leases.reserve(mustID("w0"), i, Requirement{}) {
+			t.Fatalf("reserve w0/%d: false on a free slot", i)
+		}
+	}
+	for i := range 3 {
+		st.leases.reserve(mustID("w1"), i, Requirement{})
+	}
+	if st.leases.reserve(mustID("w0"), 0, Requirement{}) {
+		t.Errorf("reserve of a pending slot: true, want false")
+	}
+	c.Reset()
+	rnd := rand.New(rand.NewPCG(1, 2))
+	w, l, now, err := placeLeaseCached(ctx, c, Requirement{}, time.Hour, "test", rnd, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Name() != "leases/w1/3" || c.Claims.Load() != 1 {
+		t.Errorf("placement with all but leases/w1/3 pending: %s after %d claims, want leases/w1/3 after 1", l.Name(), c.Claims.Load())
+	}
+	startPlacement(c, st, w, l, now, time.Hour, nil).Release(ctx)
+	for i := range 4 {
+		st.leases.unreserve(mustID("w0"), i)
+	}
+	for i := range 3 {
+		st.leases.unreserve(mustID("w1"), i)
+	}
+
+	// 8 goroutines, 25 placements each on 8 slots: one claim each.
+	c.Reset()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+			for range 25 {
+				w, l, now, err := placeLeaseCached(ctx, c, Requirement{}, time.Hour, "test", rnd, st)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if err := startPlacement(c, st, w, l, now, time.Hour, nil).Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if got := c.Claims.Load(); got != 200 {
+		t.Errorf("%d claims for 200 placements through one Placer, want 200 (none lost to itself)", got)
 	}
 }

@@ -657,13 +657,17 @@ func scanLeases(ctx context.Context, store leaseStore, now time.Time, timeout ti
 }
 
 // fillSlots sets each worker's free slots, stale leases, live leases and
-// the resources they hold, from held.
-func fillSlots(infos []WorkerInfo, held map[WorkerID]map[int]leaseSeen) {
+// the resources they hold, from held; a slot in pending (being claimed by
+// this placer) counts as held by a live lease.
+func fillSlots(infos []WorkerInfo, held, pending map[WorkerID]map[int]leaseSeen) {
 	for i := range infos {
 		w := &infos[i]
-		hw := held[w.Record.ID]
+		hw, pw := held[w.Record.ID], pending[w.Record.ID]
 		for slot := range w.Record.Slots {
-			ls, ok := hw[slot]
+			ls, ok := pw[slot]
+			if !ok {
+				ls, ok = hw[slot]
+			}
 			switch {
 			case !ok:
 				w.free = append(w.free, slot)
