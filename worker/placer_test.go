@@ -364,3 +364,44 @@ func TestPlacerGoroutinesNeverRaceEachOther(t *testing.T) {
 		t.Errorf("%d claims for 200 placements through one Placer, want 200 (none lost to itself)", got)
 	}
 }
+
+// TestPlacerReclaimsAStaleLease: a lease a Placer's kept view found live
+// does not keep its slot from it once the lease has gone stale (its
+// holder died): the view says busy, so the Placer lists again before it
+// gives up, finds the lease stale and reclaims it, and the dead holder's
+// late release leaves the new lease bound.
+func TestPlacerReclaimsAStaleLease(t *testing.T) {
+	ctx := context.Background()
+	s := newRegStore(t)
+	const timeout = 300 * time.Millisecond
+	w := announce(t, s, testRecord("w", 1, 0, 0), time.Hour)
+	old, err := Place(ctx, s, Requirement{}, PlaceOptions{Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewPlacer(s, PlaceOptions{Timeout: timeout}, time.Hour)
+	if _, err := p.Place(ctx, Requirement{}); !errors.Is(err, ErrNoFreeSlot) {
+		t.Fatalf("Placer while the lease is live = %v, want ErrNoFreeSlot", err)
+	}
+	// The holder "dies": its heartbeat stops, nothing is released.
+	old.stop()
+	<-old.done
+	time.Sleep(timeout + 50*time.Millisecond)
+	if _, err := w.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pl, err := p.Place(ctx, Requirement{})
+	if err != nil {
+		t.Fatalf("Placer over a stale lease its view holds as live: %v", err)
+	}
+	defer pl.Release(ctx)
+	if pl.Lease.Name() != old.Lease.Name() || pl.Lease.Nonce == old.Lease.Nonce {
+		t.Fatalf("new lease %+v, old %+v: want the same slot, a new nonce", pl.Lease, old.Lease)
+	}
+	if err := ReleaseLease(ctx, s, old.Lease, timeout); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := s.Resolve(ctx, pl.Lease.Name()); err != nil || b.Meta.Value(leaseMetaNonce) != pl.Lease.Nonce {
+		t.Errorf("after the old holder's release: %v, %v; want the new lease bound", b.Meta, err)
+	}
+}
