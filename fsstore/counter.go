@@ -115,6 +115,12 @@ func (c *Counter) Touch(ctx context.Context, name string) (time.Time, error) {
 	return c.S.Touch(ctx, name)
 }
 
+// TouchResolve counts as a Touch: one open, whose file is also read.
+func (c *Counter) TouchResolve(ctx context.Context, name string) (Bound, error) {
+	c.Touches.Add(1)
+	return c.S.TouchResolve(ctx, name)
+}
+
 func (c *Counter) Now(ctx context.Context) (time.Time, error) {
 	c.Nows.Add(1)
 	return c.S.Now(ctx)

@@ -70,8 +70,9 @@ type GCReport struct {
 //     server's now with utimensat by name, which finds the blob and
 //     refreshes it in one call, or finds nothing (ENOENT) and stores it
 //     anew. A writer Binds within the grace G of its Put (W; study binds
-//     the empty curve's blob up to study.BlobReuse after its Put, and
-//     soma gc refuses a G under six times that); a layer
+//     the empty curve's blob up to study.BlobReuse after its Put, a
+//     worker.Placer the lease blob up to worker.LeaseBlobReuse, no
+//     longer, and soma gc refuses a G under six times that); a layer
 //     that keeps a digest for longer Puts it again before binding, unless
 //     the name has referred to that digest without a break since such a
 //     bind (then every scan that reads the name, before or after the

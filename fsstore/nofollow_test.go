@@ -102,6 +102,7 @@ func testNoFollow(t *testing.T, fallback bool) {
 		{"seal", func(s *Store, n string) error { _, err := s.Seal(ctx, n, d, nil); return err }, true},
 		{"unbind", func(s *Store, n string) error { return s.Unbind(ctx, n) }, false},
 		{"touch", func(s *Store, n string) error { _, err := s.Touch(ctx, n); return err }, false},
+		{"touch resolve", func(s *Store, n string) error { _, err := s.TouchResolve(ctx, n); return err }, false},
 		{"resolve", func(s *Store, n string) error { _, err := s.Resolve(ctx, n); return err }, false},
 	}
 	for _, folder := range []bool{true, false} {

@@ -4,9 +4,10 @@
 # registered workers, side by side with the floor: listing the same
 # folders and reading every record with bare open/fstat/read, plus one
 # link(2) claim (write, link: no fsync, as a lease needs none); and through
-# one worker.Placer (the registry read once a second). Then no-op plans
-# per second through placement (Place, and one shared Placer) vs straight
-# to known workers (8 senders). Prints markdown tables; placement latency
+# one worker.Placer (the registry and the leases read once a second, kept
+# up to date by its own claims and releases). Then no-op plans per second
+# through placement (Place, and one shared Placer) vs straight to known
+# workers (8 senders). Prints markdown tables; placement latency
 # in milliseconds.
 #
 #   bash scripts/bench-place.sh                 (make bench runs it)
@@ -57,7 +58,7 @@ echo "$out" | awk '
 }
 END {
 	printf "| placed (Place, send, Release) | %.0f |\n", r["placed"]
-	printf "| placed through one Placer (registry read once a second) | %.0f |\n", r["placer"]
+	printf "| placed through one Placer (registry and leases read once a second) | %.0f |\n", r["placer"]
 	printf "| direct (send to a known worker) | %.0f |\n", r["direct"]
 	if (r["direct"] > 0) printf "| placed / direct | %.2f |\n", r["placed"] / r["direct"]
 	if (r["direct"] > 0) printf "| Placer / direct | %.2f |\n", r["placer"] / r["direct"]

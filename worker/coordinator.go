@@ -32,9 +32,15 @@ type CoordinatorOptions struct {
 // worker's address and a lease, and steps aside: plans and data go from
 // the client to the worker directly, never through it.
 //
-// It keeps no state: every answer is read from the folder at that moment,
-// so any number of coordinators may serve one folder, and a restarted
-// one answers the same. Building it starts no goroutine (the Rust
+// It keeps no state of its own: every answer is read from the folder, so
+// any number of coordinators may serve one folder, and a restarted one
+// answers the same. /submit places as a Placer does, from a view of the
+// registry and the leases at most a second old (DefaultRegistryCache, a
+// tenth of the timeout if that is shorter) that its own claims and
+// completions keep up to date; the claim by link(2) decides every
+// placement, and a view that finds nothing is read again before a
+// refusal (Placer says why that is exact). Bug (issue 15): it read the
+// folder afresh for every /submit: two listings, every record, a Put. Building it starts no goroutine (the Rust
 // coordinator's router spawned a reaper, seed 000 D-74): a dead worker
 // is judged dead when it is read, and a stale lease is reclaimed by the
 // next placer that needs its slot.
@@ -59,6 +65,7 @@ func NewCoordinator(store *fsstore.Store, opts CoordinatorOptions) http.Handler 
 	if c.timeout <= 0 {
 		c.timeout = DefaultHeartbeatTimeout
 	}
+	c.st = newPlaceState(0, c.timeout)
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -77,6 +84,7 @@ type coordinator struct {
 	token   string
 	timeout time.Duration
 	log     *slog.Logger
+	st      *placeState // what /submit keeps of the folder between requests
 }
 
 // SubmitRequest is the body of POST /submit.
@@ -158,7 +166,7 @@ func (c *coordinator) submit(w http.ResponseWriter, r *http.Request) {
 		holder = "coordinator client " + r.RemoteAddr
 	}
 	rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-	rec, l, _, err := placeLease(r.Context(), c.store, req.Requirement, c.timeout, holder, rnd)
+	rec, l, _, err := placeLeaseCached(r.Context(), c.store, req.Requirement, c.timeout, holder, rnd, c.st)
 	var nm *NoMatchError
 	switch {
 	case errors.As(err, &nm):
@@ -200,7 +208,9 @@ func (c *coordinator) complete(w http.ResponseWriter, r *http.Request) {
 	if !coordReadJSON(w, r, &req) || !coordCheckLease(w, req.Lease) {
 		return
 	}
-	if err := ReleaseLease(r.Context(), c.store, req.Lease, c.timeout); err != nil {
+	err := ReleaseLease(r.Context(), c.store, req.Lease, c.timeout)
+	c.st.leaseView().released(req.Lease, false, err)
+	if err != nil {
 		c.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}

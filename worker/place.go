@@ -320,12 +320,12 @@ func placeLease(ctx context.Context, store leaseStore, req Requirement, timeout 
 	return placeLeaseFrom(ctx, store, req, timeout, holder, rnd, nil)
 }
 
-// placeLeaseFrom is placeLease with the workers' records from cache
-// (registryCache; nil reads them).
-func placeLeaseFrom(ctx context.Context, store leaseStore, req Requirement, timeout time.Duration, holder string, rnd *rand.Rand, cache *registryCache) (WorkerRecord, Lease, time.Time, error) {
+// placeLeaseFrom is placeLease with the workers' records and the leases
+// from what st keeps (nil reads them), which it tells of its claims.
+func placeLeaseFrom(ctx context.Context, store leaseStore, req Requirement, timeout time.Duration, holder string, rnd *rand.Rand, st *placeState) (WorkerRecord, Lease, time.Time, error) {
 	const rounds = 3
 	for range rounds {
-		infos, _, now, err := listWorkersCached(ctx, store, ListOptions{Timeout: timeout}, cache)
+		infos, _, now, err := listWorkersCached(ctx, store, ListOptions{Timeout: timeout}, st)
 		if err != nil {
 			return WorkerRecord{}, Lease{}, time.Time{}, err
 		}
@@ -357,13 +357,22 @@ func placeLeaseFrom(ctx context.Context, store leaseStore, req Requirement, time
 				if b, ok := w.stale[slot]; ok {
 					stale = &b
 				}
-				l, won, err := claimLease(ctx, store, w.Record.ID, slot, stale, holder, req, timeout)
+				if !st.leaseView().reserve(w.Record.ID, slot, req) {
+					continue // another placement through st is claiming it, or won it
+				}
+				l, meta, won, err := claimLeaseState(ctx, store, st, w.Record.ID, slot, stale, holder, req, timeout)
 				if err != nil {
+					st.leaseView().unreserve(w.Record.ID, slot)
 					return WorkerRecord{}, Lease{}, time.Time{}, err
 				}
 				if !won {
+					// Another placer is at work: what st keeps of the
+					// leases is behind; the next placement lists them.
+					st.leaseView().unreserve(w.Record.ID, slot)
+					st.leaseView().forget()
 					continue
 				}
+				st.leaseView().claimed(l, meta)
 				return w.Record, l, now, nil
 			}
 		}
@@ -378,7 +387,9 @@ func placeLeaseFrom(ctx context.Context, store leaseStore, req Requirement, time
 // checks that no two renewals that landed are more than the timeout
 // apart (lease.go), and an earlier start can only make that check stricter,
 // never let a reclaimed lease pass.
-func startPlacement(store leaseStore, w WorkerRecord, l Lease, first time.Time, timeout time.Duration, log *slog.Logger) *Placement {
+//
+// The release tells st (nil: nothing kept) that the slot is free.
+func startPlacement(store leaseStore, st *placeState, w WorkerRecord, l Lease, first time.Time, timeout time.Duration, log *slog.Logger) *Placement {
 	beat := func(ctx context.Context) (time.Time, error) {
 		t, err := store.Touch(ctx, l.Name())
 		if errors.Is(err, fsstore.ErrNotFound) {
@@ -387,7 +398,9 @@ func startPlacement(store leaseStore, w WorkerRecord, l Lease, first time.Time, 
 		return t, err
 	}
 	end := func(ctx context.Context, last time.Time, lost bool) error {
-		return releaseHeld(ctx, store, l, timeout, last, lost)
+		err := releaseHeld(ctx, store, l, timeout, last, lost)
+		st.leaseView().released(l, lost, err)
+		return err
 	}
 	return newPlacement(w, l, timeout, first, beat, end, log)
 }

@@ -22,7 +22,9 @@ import (
 // claim (write a file, link(2); no fsync: a lease needs none, see
 // fsstore.ClaimEphemeral; the floor was a durable claim while leases
 // were) and remove it. The placer variant places through one Placer, which reads
-// the registry once a second rather than for every placement.
+// the registry and the leases once a second rather than for every
+// placement (and keeps its view up to date with its own claims and
+// releases).
 // Each reports p50 and p99 latencies as metrics (scripts/bench-place.sh
 // prints them as a table).
 func BenchmarkPlace(b *testing.B) {
@@ -48,8 +50,8 @@ func BenchmarkPlace(b *testing.B) {
 			reportLatency(b, lat)
 		})
 		b.Run(fmt.Sprintf("workers=%d/placer", n), func(b *testing.B) {
-			// One Placer: the registry read once a second (its default
-			// window), the leases for every placement.
+			// One Placer: the registry and the leases read once a
+			// second (its default window).
 			placer := NewPlacer(s, PlaceOptions{Timeout: time.Hour}, 0)
 			var lat []time.Duration
 			for b.Loop() {

@@ -24,8 +24,10 @@ func (c *countingStore) UnbindEphemeral(ctx context.Context, name string) error 
 
 // TestPlacementFileOperations pins the store operations of one placement
 // and its release with a free slot and no other placer: one server-time
-// read, the two listings, one Put and one Claim (the lease), then a Touch,
-// a Resolve and an Unbind to release it. None of them fsyncs: the claim
+// read, the two listings, one Put and one Claim (the lease), then a Touch
+// that reads the record it touched (TouchResolve) and an Unbind to
+// release it (a Touch and a Resolve, two opens, until issue 15's second
+// pass). None of them fsyncs: the claim
 // and the unbind are ephemeral (fsstore.ClaimEphemeral; until then they
 // made 3 fsyncs, and placed no-op plans ran at 0.23x of the same plans
 // sent straight). Bug (issue 15): a placement and its
@@ -49,7 +51,7 @@ func TestPlacementFileOperations(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		held = append(held, startPlacement(c, w, l, now, time.Hour, nil))
+		held = append(held, startPlacement(c, nil, w, l, now, time.Hour, nil))
 		got := map[string]int64{"now": c.Nows.Load(), "scan": c.Scans.Load(), "put": c.Puts.Load(), "claim": c.Claims.Load(), "touch": c.Touches.Load(), "resolve": c.Resolves.Load(), "unbind": c.unbinds.Load()}
 		want := map[string]int64{"now": 1, "scan": 2, "put": 1, "claim": 1, "touch": 0, "resolve": 0, "unbind": 0}
 		for k, n := range want {
@@ -65,7 +67,7 @@ func TestPlacementFileOperations(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := map[string]int64{"now": c.Nows.Load(), "scan": c.Scans.Load(), "put": c.Puts.Load(), "claim": c.Claims.Load(), "touch": c.Touches.Load(), "resolve": c.Resolves.Load(), "unbind": c.unbinds.Load()}
-		want := map[string]int64{"now": 0, "scan": 0, "put": 0, "claim": 0, "touch": 1, "resolve": 1, "unbind": 1}
+		want := map[string]int64{"now": 0, "scan": 0, "put": 0, "claim": 0, "touch": 1, "resolve": 0, "unbind": 1}
 		for k, n := range want {
 			if got[k] != n {
 				t.Errorf("release %d: %d %s, want %d (all: %v)", i, got[k], k, n, got)

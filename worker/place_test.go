@@ -359,7 +359,7 @@ func placeChild() error {
 	}
 	w := bufio.NewWriter(f)
 	opts := PlaceOptions{Wait: true, WaitInterval: 2 * time.Millisecond, Holder: "pid " + strconv.Itoa(os.Getpid())}
-	placer := NewPlacer(s, opts, time.Hour) // PLACER=1: one view of the registry for the whole run
+	placer := NewPlacer(s, opts, time.Hour) // PLACER=1: one view of the registry and the leases for the whole run
 	for range n {
 		var p *Placement
 		if os.Getenv("PLACER") == "1" {

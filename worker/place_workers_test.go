@@ -16,7 +16,8 @@ import (
 
 // placeSendChild, the role "place-send" of the children of
 // TestPlacedPlansNeverOverbook, places N no-op plans one after another, sends each to
-// the worker it was placed on and releases the lease when it is done.
+// the worker it was placed on and releases the lease when it is done:
+// with Place, or with PLACER=1 through one Placer for all of them.
 func placeSendChild() error {
 	ctx := context.Background()
 	s, err := fsstore.Open(os.Getenv("ROOT"), fsstore.Options{})
@@ -30,8 +31,15 @@ func placeSendChild() error {
 	}
 	f := File{Name: "behaviour.py", Digest: fsstore.Sum(b).String(), Content: b}
 	clients := map[string]*Client{}
+	opts := PlaceOptions{Wait: true, WaitInterval: 2 * time.Millisecond, Holder: "pid " + strconv.Itoa(os.Getpid())}
+	placer := NewPlacer(s, opts, 0)
 	for i := range n {
-		p, err := Place(ctx, s, Requirement{}, PlaceOptions{Wait: true, WaitInterval: 2 * time.Millisecond, Holder: "pid " + strconv.Itoa(os.Getpid())})
+		var p *Placement
+		if os.Getenv("PLACER") == "1" {
+			p, err = placer.Place(ctx, Requirement{})
+		} else {
+			p, err = Place(ctx, s, Requirement{}, opts)
+		}
 		if err != nil {
 			return err
 		}
@@ -65,8 +73,16 @@ func placeSendChild() error {
 // once through the folder on 3 real workers with 2 slots each, and send
 // each plan to the worker it was placed on. Overbooking is checked by the
 // workers, not by the placers: a worker refuses a third plan at once (503,
-// ErrFull), and the child that sent it fails. Every plan runs.
+// ErrFull), and the child that sent it fails. Every plan runs. Each
+// process places with Place, and again with one Placer that keeps its
+// view of the registry and the leases between its placements.
 func TestPlacedPlansNeverOverbook(t *testing.T) {
+	for _, placer := range []string{"0", "1"} {
+		t.Run("placer="+placer, func(t *testing.T) { placedPlansNeverOverbook(t, placer) })
+	}
+}
+
+func placedPlansNeverOverbook(t *testing.T, placer string) {
 	const procs, perProc, slots = 8, 25, 2
 	s := newRegStore(t)
 	var ws []*testWorker
@@ -79,7 +95,7 @@ func TestPlacedPlansNeverOverbook(t *testing.T) {
 	}
 	var cmds []*exec.Cmd
 	for i := range procs {
-		c := testutil.Child(t, "place-send", "ROOT="+s.Root(), "N="+strconv.Itoa(perProc), "ME=c"+strconv.Itoa(i))
+		c := testutil.Child(t, "place-send", "ROOT="+s.Root(), "N="+strconv.Itoa(perProc), "ME=c"+strconv.Itoa(i), "PLACER="+placer)
 		c.Stderr = os.Stderr
 		if err := c.Start(); err != nil {
 			t.Fatal(err)

@@ -556,10 +556,10 @@ func listWorkers(ctx context.Context, store leaseStore, opts ListOptions) ([]Wor
 	return listWorkersCached(ctx, store, opts, nil)
 }
 
-// listWorkersCached is listWorkers taking the workers' records from
-// cache when it holds a recent enough read (registryCache); nil reads
-// them.
-func listWorkersCached(ctx context.Context, store leaseStore, opts ListOptions, cache *registryCache) ([]WorkerInfo, []Problem, time.Time, error) {
+// listWorkersCached is listWorkers taking the workers' records and the
+// leases from what st keeps (a Placer's or a coordinator's placeState)
+// when it holds a recent enough read; nil reads them.
+func listWorkersCached(ctx context.Context, store leaseStore, opts ListOptions, st *placeState) ([]WorkerInfo, []Problem, time.Time, error) {
 	timeout := opts.Timeout
 	if timeout <= 0 {
 		timeout = DefaultHeartbeatTimeout
@@ -572,76 +572,123 @@ func listWorkersCached(ctx context.Context, store leaseStore, opts ListOptions, 
 	if err != nil {
 		return nil, nil, time.Time{}, fmt.Errorf("worker: list workers: %w", err)
 	}
-	bound, corrupt, err := cache.read(ctx, store, now)
+	recs, rprobs, err := st.registry().read(ctx, store, now)
 	if err != nil {
 		return nil, nil, time.Time{}, fmt.Errorf("worker: list workers: %w", err)
+	}
+	problems := slices.Clone(rprobs)
+	infos := make([]WorkerInfo, 0, len(recs))
+	for _, r := range recs {
+		age := now.Sub(r.at)
+		infos = append(infos, WorkerInfo{Record: r.rec, LastHeartbeat: r.at, Age: age, Alive: age <= timeout})
+	}
+	lprobs, err := st.leaseView().fill(ctx, store, now, timeout, infos)
+	if err != nil {
+		return nil, nil, time.Time{}, fmt.Errorf("worker: list workers: %w", err)
+	}
+	problems = append(problems, lprobs...)
+	return infos, problems, now, nil
+}
+
+// registered is a worker record as decoded from workers/, with its time.
+type registered struct {
+	rec WorkerRecord
+	at  time.Time // the record's server mtime: its last heartbeat
+}
+
+// scanRegistry reads workers/ and decodes every record, sorted by id;
+// records that cannot be used come back as problems.
+func scanRegistry(ctx context.Context, store leaseStore) ([]registered, []Problem, error) {
+	bound, corrupt, err := store.Scan(ctx, workersPrefix)
+	if err != nil {
+		return nil, nil, err
 	}
 	var problems []Problem
 	for _, c := range corrupt {
 		problems = append(problems, Problem{Name: c.Name, Reason: "corrupt record: " + c.Err.Error(), Err: c})
 	}
-	byID := make(map[WorkerID]int, len(bound))
-	infos := make([]WorkerInfo, 0, len(bound))
+	recs := make([]registered, 0, len(bound))
 	for _, b := range bound {
 		r, err := decodeWorker(b)
 		if err != nil {
 			problems = append(problems, Problem{Name: b.Name, Reason: err.Error(), Err: err})
 			continue
 		}
-		age := now.Sub(b.Time)
-		byID[r.ID] = len(infos)
-		infos = append(infos, WorkerInfo{Record: r, LastHeartbeat: b.Time, Age: age, Alive: age <= timeout})
+		recs = append(recs, registered{rec: r, at: b.Time})
 	}
+	slices.SortFunc(recs, func(a, b registered) int { return strings.Compare(a.rec.ID.s, b.rec.ID.s) })
+	return recs, problems, nil
+}
+
+// leaseSeen is a lease as a listing found it: its record, and whether it
+// was stale then (its heartbeat older than the timeout against the
+// server's now read before the listing).
+type leaseSeen struct {
+	b     fsstore.Bound
+	stale bool
+}
+
+// scanLeases reads leases/ and judges each lease's staleness against now
+// (the server's time, read before the scan: a heartbeat that lands during
+// the scan can only make a lease look younger). Corrupt lease records are
+// problems; their names still hold their slots (Claim fails on them)
+// until they go stale.
+func scanLeases(ctx context.Context, store leaseStore, now time.Time, timeout time.Duration) (map[WorkerID]map[int]leaseSeen, []Problem, error) {
 	leases, lcorrupt, err := store.Scan(ctx, leasesPrefix)
 	if err != nil {
-		return nil, nil, time.Time{}, fmt.Errorf("worker: list workers: %w", err)
+		return nil, nil, err
 	}
-	held := make(map[WorkerID]map[int]fsstore.Bound)
+	var problems []Problem
 	for _, c := range lcorrupt {
-		// A lease record that cannot be read still holds its slot (its
-		// name is bound, so Claim fails) until it goes stale: count it
-		// by name and say so.
 		problems = append(problems, Problem{Name: c.Name, Reason: "corrupt lease: " + c.Err.Error(), Err: c})
 	}
+	held := make(map[WorkerID]map[int]leaseSeen)
 	for _, b := range leases {
 		id, slot, ok := parseLeaseName(b.Name)
 		if !ok {
 			continue // an end marker (lease.go) or a stray name
 		}
 		if held[id] == nil {
-			held[id] = make(map[int]fsstore.Bound)
+			held[id] = make(map[int]leaseSeen)
 		}
-		held[id][slot] = b
+		held[id][slot] = leaseSeen{b: b, stale: now.Sub(b.Time) > timeout}
 	}
+	return held, problems, nil
+}
+
+// fillSlots sets each worker's free slots, stale leases, live leases and
+// the resources they hold, from held; a slot in pending (being claimed by
+// this placer) counts as held by a live lease.
+func fillSlots(infos []WorkerInfo, held, pending map[WorkerID]map[int]leaseSeen) {
 	for i := range infos {
 		w := &infos[i]
+		hw, pw := held[w.Record.ID], pending[w.Record.ID]
 		for slot := range w.Record.Slots {
-			b, ok := held[w.Record.ID][slot]
+			ls, ok := pw[slot]
+			if !ok {
+				ls, ok = hw[slot]
+			}
 			switch {
 			case !ok:
 				w.free = append(w.free, slot)
-			case now.Sub(b.Time) > timeout:
+			case ls.stale:
 				w.free = append(w.free, slot)
 				if w.stale == nil {
 					w.stale = make(map[int]fsstore.Bound)
 				}
-				w.stale[slot] = b
+				w.stale[slot] = ls.b
 			default:
 				w.Leases++
-				w.Used.GPUs += metaInt(b.Meta, leaseMetaGPUs)
-				w.Used.CPUs += metaInt(b.Meta, leaseMetaCPUs)
-				if m, err := strconv.ParseUint(b.Meta.Value(leaseMetaMemory), 10, 64); err == nil {
+				w.Used.GPUs += metaInt(ls.b.Meta, leaseMetaGPUs)
+				w.Used.CPUs += metaInt(ls.b.Meta, leaseMetaCPUs)
+				if m, err := strconv.ParseUint(ls.b.Meta.Value(leaseMetaMemory), 10, 64); err == nil {
 					w.Used.Memory += m
 				}
 			}
 		}
 	}
-	slices.SortFunc(infos, func(a, b WorkerInfo) int { return strings.Compare(a.Record.ID.s, b.Record.ID.s) })
-	return infos, problems, now, nil
 }
 
-// metaInt reads a non-negative count from a lease's meta; anything else
-// counts as 0.
 func metaInt(m fsstore.Meta, k string) int {
 	n, err := strconv.Atoi(m.Value(k))
 	if err != nil || n < 0 {
