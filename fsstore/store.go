@@ -527,9 +527,20 @@ func (s *Store) claimOpts(ctx context.Context, name string, d Digest, meta Meta,
 	// then link into it, then fsync it: see beneath.go.
 	dir, leaf := nameDir(name)
 	var pfd int
-	if newDir {
+	cached := false
+	switch {
+	case newDir:
 		pfd, err = s.makeDir(dir)
-	} else {
+	case !durable:
+		// A lease: its worker's folder as the last lease claimed or
+		// released there left it (dirCache), else opened by its path. A
+		// placer claims in the same few folders again and again: the
+		// open and close were 2 of a placement's 18 system calls (issue
+		// 15).
+		if pfd, cached = s.fds.dirs.take(dir); !cached {
+			pfd, err = s.openDir(dir, true)
+		}
+	default:
 		pfd, err = s.openDir(dir, true)
 	}
 	if err != nil {
@@ -542,6 +553,18 @@ func (s *Store) claimOpts(ctx context.Context, name string, d Digest, meta Meta,
 		}
 	}()
 	won, err := s.linkClaim(tmp, pfd, leaf)
+	if cached && err != nil && goneDir(err) {
+		// The cached folder was removed (a worker's leases, by hand or
+		// from another machine; ESTALE on NFS): no link was made in it.
+		// Claim in the folder at the path now, if there is one.
+		unix.Close(pfd)
+		if pfd, err = s.openDir(dir, true); err != nil {
+			pfd = -1
+			tmp.remove()
+			return false, s.writeErr("claim", name, dir, err)
+		}
+		won, err = s.linkClaim(tmp, pfd, leaf)
+	}
 	// The temp name goes before the folder's fsync, not after it (it was
 	// a defer): the unlink then joins the link's journal transaction
 	// rather than dirtying the just-committed inode and folder again.
@@ -563,8 +586,10 @@ func (s *Store) claimOpts(ctx context.Context, name string, d Digest, meta Meta,
 		return false, nil
 	}
 	if !durable {
-		// As ClaimEphemeral says. The folder is not kept (dirCache):
-		// leases are claimed across many folders, one per worker.
+		// As ClaimEphemeral says. The folder is kept for the next lease
+		// claimed or released in it (dirCache keeps the 64 used last).
+		s.fds.dirs.put(dir, pfd)
+		pfd = -1
 		return true, nil
 	}
 	if err := syncFD(pfd, filepath.Dir(s.namePath(name))); err != nil {
@@ -918,16 +943,43 @@ func (s *Store) unbind(ctx context.Context, name string, durable bool) error {
 		return fmt.Errorf("unbind: %w", err)
 	}
 	dir, leaf := nameDir(name)
-	pfd, err := s.openDir(dir, false)
-	switch {
-	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.ENOTDIR):
-		return fmt.Errorf("unbind %s: %w", name, ErrNotFound)
-	case err != nil:
-		return s.writeErr("unbind", name, dir, err)
+	// A lease's folder as a claim or release there left it (dirCache; see
+	// claimOpts), else opened by its path.
+	pfd, cached := -1, false
+	if !durable {
+		pfd, cached = s.fds.dirs.take(dir)
 	}
-	defer unix.Close(pfd)
 	var st unix.Stat_t
-	err = unix.Fstatat(pfd, leaf, &st, unix.AT_SYMLINK_NOFOLLOW)
+	var err error
+	if cached {
+		err = unix.Fstatat(pfd, leaf, &st, unix.AT_SYMLINK_NOFOLLOW)
+		if goneDir(err) {
+			// Not there, or the cached folder was removed: look at the
+			// folder at the path (a name there may be bound).
+			unix.Close(pfd)
+			cached = false
+		}
+	}
+	if !cached {
+		pfd, err = s.openDir(dir, false)
+		switch {
+		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.ENOTDIR):
+			return fmt.Errorf("unbind %s: %w", name, ErrNotFound)
+		case err != nil:
+			return s.writeErr("unbind", name, dir, err)
+		}
+		err = unix.Fstatat(pfd, leaf, &st, unix.AT_SYMLINK_NOFOLLOW)
+	}
+	defer func() {
+		if pfd < 0 {
+			return
+		}
+		if durable {
+			unix.Close(pfd)
+			return
+		}
+		s.fds.dirs.put(dir, pfd)
+	}()
 	if err == nil && foreignMode(st.Mode) {
 		return fmt.Errorf("unbind %s: %w", name, &CorruptError{Name: name, Path: s.namePath(name), Err: ErrForeign})
 	}

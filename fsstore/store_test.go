@@ -604,3 +604,58 @@ func TestEphemeralClaimUnbind(t *testing.T) {
 		}
 	}
 }
+
+// TestEphemeralFolderReplaced: a lease's folder is kept open between
+// leases (dirCache); when it is removed and made again meanwhile (by hand,
+// or by a process on another machine), a claim and an unbind act on the
+// folder at the path, not on the removed one they kept: the claim wins
+// in the new folder, and the unbind removes the name another store bound
+// there.
+func TestEphemeralFolderReplaced(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	other, err := Open(s.Root(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Put(ctx, []byte("lease"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "leases/w1/0"
+	folder := filepath.Join(s.Root(), "names", "leases", "w1")
+	replace := func() {
+		t.Helper()
+		if err := os.RemoveAll(folder); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(folder, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(folder, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if won, err := s.ClaimEphemeral(ctx, name, d, nil); err != nil || !won {
+		t.Fatalf("claim = %v, %v; want won", won, err)
+	}
+
+	replace()
+	if won, err := s.ClaimEphemeral(ctx, name, d, Meta{{"in", "new"}}); err != nil || !won {
+		t.Fatalf("claim after the folder was made again = %v, %v; want won", won, err)
+	}
+	if b, err := other.Resolve(ctx, name); err != nil || b.Meta.Value("in") != "new" {
+		t.Fatalf("another store resolves %+v, %v; want the claim made in the new folder", b, err)
+	}
+
+	replace()
+	if won, err := other.ClaimEphemeral(ctx, name, d, Meta{{"by", "other"}}); err != nil || !won {
+		t.Fatalf("other's claim = %v, %v; want won", won, err)
+	}
+	if err := s.UnbindEphemeral(ctx, name); err != nil {
+		t.Fatalf("unbind of the name bound in the new folder = %v", err)
+	}
+	if _, err := other.Resolve(ctx, name); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after the unbind, resolve = %v; want ErrNotFound", err)
+	}
+}
