@@ -31,6 +31,7 @@ import (
 //	RoundTrip/loopback-http    floor: a bare loopback HTTP request
 //	RoundTrip/http-to-pipe     the two composed: a bare HTTP handler that calls the Python over the pipe
 //	RoundTrip/soma-worker      a warm no-op plan over loopback HTTP
+//	RoundTrip/soma-worker-by-digest  the same, its file by digest (a client that sees the store)
 //	RoundTrip/in-process       the same plan through Worker.Run (no HTTP)
 //	Forward/{inline,blob,zarr} a forward of a SOMA_BENCH_MB (default 100) MB float32 array
 //	Forward/store-read         floor for references: reading the bytes from the store
@@ -265,6 +266,18 @@ func BenchmarkRoundTrip(b *testing.B) {
 	b.Run("soma-worker", func(b *testing.B) {
 		tw := benchWorker(b)
 		warmPlans(b, tw, floor, tw.client.Run)
+	})
+	b.Run("soma-worker-by-digest", func(b *testing.B) {
+		// The same, from a client that sees the worker's store (soma run
+		// ROOT, soma-worker --root ROOT): the filter's file goes by
+		// digest, stored once per fileReuse, not inline in every plan.
+		tw := benchWorker(b)
+		c, err := NewClient(tw.srv.URL, testToken, tw.srv.Client())
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Store = tw.store
+		warmPlans(b, tw, floor, c.Run)
 	})
 	b.Run("in-process", func(b *testing.B) {
 		tw := benchWorker(b)
