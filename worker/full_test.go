@@ -36,6 +36,15 @@ func TestRefusesBeyondSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustSucceed(t, run(t, tw, behaviourPlan(t, "after-one-ended", "NoOp")))
+	// The id of a plan that runs is refused; an ended plan's id may be
+	// used again (its old result is forgotten).
+	if _, err := tw.client.Submit(ctx, behaviourPlan(t, "slot-1", "NoOp")); !errors.As(err, &re) || re.Status != http.StatusConflict {
+		t.Errorf("a second plan slot-1 while the first runs: %v; want 409", err)
+	}
+	if got := tw.w.Running(); got != 3 {
+		t.Errorf("Running() = %d, want the 3 sleepers left", got)
+	}
+	mustSucceed(t, run(t, tw, behaviourPlan(t, "slot-0", "NoOp")))
 	for i := 1; i < 4; i++ {
 		_ = tw.client.Cancel(ctx, fmt.Sprintf("slot-%d", i))
 	}

@@ -106,6 +106,11 @@ type Worker struct {
 
 	mu    sync.Mutex
 	plans map[string]*planRecord
+	// live holds the plans that have not ended. Was: every plan start
+	// counted them by walking plans, which keeps up to keepResults ended
+	// ones (1024 map entries walked per plan, and twice more for Active
+	// with OnChange set: issue 14's round trip).
+	live  map[string]*planRecord
 	order []string // finished plan ids, oldest first
 	kept  int64    // inline bytes of the finished results in plans
 	// keepBytes is keepBytes, lowered by tests.
@@ -180,6 +185,7 @@ func New(o Options) (*Worker, error) {
 		slots: make(chan struct{}, maxPlans),
 		res:   &resolver{store: o.Store, cache: o.ZarrCache, tmp: filepath.Join(o.WorkDir, "tmp")},
 		plans: map[string]*planRecord{},
+		live:  map[string]*planRecord{},
 
 		keepBytes: keepBytes,
 	}, nil
@@ -219,7 +225,7 @@ func (w *Worker) register(p *Plan) (*planRecord, context.Context, context.Cancel
 	if w.closed {
 		return nil, nil, nil, ErrClosed
 	}
-	if old, ok := w.plans[p.ID]; ok && !old.state.Done() {
+	if _, ok := w.live[p.ID]; ok {
 		return nil, nil, nil, fmt.Errorf("%w: %q", ErrDuplicatePlan, p.ID)
 	}
 	if n := w.runningLocked(); n >= cap(w.slots) {
@@ -232,8 +238,11 @@ func (w *Worker) register(p *Plan) (*planRecord, context.Context, context.Cancel
 	ctx, cancel := context.WithCancelCause(context.Background())
 	ctx, stop := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("%w after %s", ErrTimeout, timeout))
 	rec := &planRecord{id: p.ID, cancel: cancel, done: make(chan struct{}), state: StateQueued}
-	w.forget(p.ID)
+	if _, ok := w.plans[p.ID]; ok {
+		w.forget(p.ID) // an ended plan of the same id
+	}
 	w.plans[p.ID] = rec
+	w.live[p.ID] = rec
 	w.running.Add(1)
 	return rec, ctx, func() { stop(); cancel(nil) }, nil
 }
@@ -250,10 +259,8 @@ func (w *Worker) Active() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var ids []string
-	for id, rec := range w.plans {
-		if !rec.state.Done() {
-			ids = append(ids, id)
-		}
+	for id := range w.live {
+		ids = append(ids, id)
 	}
 	slices.Sort(ids)
 	return ids
@@ -337,13 +344,7 @@ func (w *Worker) Running() int {
 
 // runningLocked is Running with w.mu held.
 func (w *Worker) runningLocked() int {
-	n := 0
-	for _, rec := range w.plans {
-		if !rec.state.Done() {
-			n++
-		}
-	}
-	return n
+	return len(w.live)
 }
 
 // DaemonsStarted returns how many Python daemons the worker has started
@@ -376,7 +377,7 @@ func (w *Worker) Capabilities() Capabilities {
 func (w *Worker) Close() error {
 	w.mu.Lock()
 	w.closed = true
-	for _, rec := range w.plans {
+	for _, rec := range w.live {
 		rec.cancel(ErrClosed)
 	}
 	w.mu.Unlock()
@@ -397,6 +398,7 @@ func (w *Worker) finish(rec *planRecord, res *Result) {
 	w.mu.Lock()
 	rec.state = res.State
 	rec.result = res
+	delete(w.live, rec.id)
 	rec.size = int64(payloadSize(res))
 	w.kept += rec.size
 	w.order = append(w.order, rec.id)
