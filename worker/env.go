@@ -582,6 +582,21 @@ func (p *EnvPool) Get(ctx context.Context, spec EnvSpec) (*Env, error) {
 
 // open returns the published env for key, in use, or errNotReady.
 func (p *EnvPool) open(key string) (*Env, error) {
+	// An env this process holds in use for key, and has checked since it
+	// was opened through the link, is handed again without reading the
+	// link: no one evicts a folder while it is held, and a link another
+	// process pointed elsewhere meanwhile (a rebuild) leaves the held
+	// folder whole. (A readlink per plan: issue 14's round trip. One this
+	// process built is checked once through the link first, as before.)
+	p.mu.Lock()
+	for _, h := range p.holds {
+		if _, ok := p.checked.Load(h.dir); ok && h.key == key {
+			env := p.handLocked(h)
+			p.mu.Unlock()
+			return env, nil
+		}
+	}
+	p.mu.Unlock()
 	link := filepath.Join(p.dir, "envs", key)
 	target, err := os.Readlink(link)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -698,3 +698,41 @@ func BenchmarkEnvPoolGetWarm(b *testing.B) {
 	}
 	b.ReportMetric(float64(pips.Load()), "pip-runs")
 }
+
+// TestHeldEnvHandedWithoutLink: an env this process holds, and has
+// checked through its link, is handed again without reading the link (a
+// readlink per plan was part of issue 14's round trip): with the link
+// removed by hand, the next Get still gets the held env, and builds
+// nothing.
+func TestHeldEnvHandedWithoutLink(t *testing.T) {
+	testutil.NeedPython(t, "venv")
+	ctx := context.Background()
+	p, _ := newTestPool(t, t.TempDir(), 0)
+	var dir string
+	for range 2 { // built, then opened through the link and checked
+		env, err := p.Get(ctx, EnvSpec{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir = env.Dir
+		env.Release()
+	}
+	links, err := filepath.Glob(filepath.Join(p.dir, "envs", "*"))
+	if err != nil || len(links) != 1 {
+		t.Fatalf("links %v, %v; want one", links, err)
+	}
+	if err := os.Remove(links[0]); err != nil {
+		t.Fatal(err)
+	}
+	env, err := p.Get(ctx, EnvSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Release()
+	if env.Dir != dir {
+		t.Errorf("Get = %s, want the held %s", env.Dir, dir)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(p.dir, "store")); len(entries) != 1 {
+		t.Errorf("store holds %d envs, want the one built first", len(entries))
+	}
+}
