@@ -152,15 +152,7 @@ func warmPlans(b *testing.B, tw *testWorker, floor float64, run func(context.Con
 func BenchmarkRoundTrip(b *testing.B) {
 	var pipeP50, httpP50 float64
 	b.Run("python-pipe", func(b *testing.B) {
-		testutil.NeedPython(b, "json")
-		cmd := exec.Command(testutil.Python(), "-c", pipeEcho)
-		in, _ := cmd.StdinPipe()
-		outp, _ := cmd.StdoutPipe()
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		defer func() { in.Close(); cmd.Wait() }()
-		out := bufio.NewReader(outp)
+		_, in, out := startEcho(b)
 		msg := []byte(`{"op":"call","node":"n","method":"forward","args":[{"kind":"object","object":"x"}]}`)
 		frame := binary.BigEndian.AppendUint32(nil, uint32(len(msg)))
 		frame = append(frame, msg...)
@@ -208,15 +200,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 		// parts (2.6x on 2 cores, 1.0x with GOMAXPROCS=1): Go's idle
 		// threads are woken and spin while Python holds a core. It is the
 		// physical limit of one plan over HTTP on this machine.
-		testutil.NeedPython(b, "json")
-		cmd := exec.Command(testutil.Python(), "-c", pipeEcho)
-		in, _ := cmd.StdinPipe()
-		outp, _ := cmd.StdoutPipe()
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		defer func() { in.Close(); cmd.Wait() }()
-		out := bufio.NewReader(outp)
+		cmd, in, out := startEcho(b)
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			body, err := io.ReadAll(r.Body)
 			if err != nil {
@@ -283,6 +267,19 @@ func BenchmarkRoundTrip(b *testing.B) {
 		tw := benchWorker(b)
 		warmPlans(b, tw, floor, tw.w.Run)
 	})
+}
+
+// startEcho starts pipeEcho in Python, stopped when b ends.
+func startEcho(b *testing.B) (*exec.Cmd, io.Writer, *bufio.Reader) {
+	testutil.NeedPython(b, "json")
+	cmd := exec.Command(testutil.Python(), "-c", pipeEcho)
+	in, _ := cmd.StdinPipe()
+	outp, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { in.Close(); cmd.Wait() })
+	return cmd, in, bufio.NewReader(outp)
 }
 
 // pipeEcho is the floor's Python: it echoes length-prefixed frames.
