@@ -31,9 +31,10 @@ import (
 //     the file server compared with resolving the path twice (one more
 //     where the folder is new: the open that finds it missing, then its
 //     parent's, for the mkdirat; scripts/bench-trial-ops.sh counts them);
-//   - temp files are made in tmp/ through a descriptor of tmp/ held for
-//     the Store's life (opened the same way), so the temp file's own
-//     create, link, rename and unlink are relative to it too.
+//   - temp files are made in the Store's own folder under tmp/ through
+//     a descriptor of it held for the Store's life (opened the same way),
+//     so the temp file's own create, link, rename and unlink are relative
+//     to it too.
 //
 // Why not os.Root: it follows links that stay inside the root, and a
 // link inside the root is exactly what the issue forbids (a trial folder
@@ -346,28 +347,45 @@ func (b *Beneath) mkdirAll(rel string) (int, error) {
 	return openComponents(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 }
 
-// tmpDir returns the descriptor of tmp/, opening (and if need be making)
-// it on first use. stale is a descriptor that failed with ENOENT or
-// ESTALE (tmp/ was removed, by hand or on another machine): it is
-// replaced. A replaced descriptor is left open rather than closed: a
-// concurrent write may still be using it, and its number must not be
-// reused under it; tmp/ is removed by hand rarely.
+// tmpDir returns the descriptor of this Store's temp folder,
+// tmp/<host>.<pid>.<random>/, opening (and if need be making it and tmp/)
+// on first use. stale is a descriptor that failed with ENOENT or ESTALE
+// (the folder was removed: by soma gc once it sat empty for the grace, by
+// hand, or on another machine): it is replaced. A replaced descriptor is
+// left open rather than closed: a concurrent write may still be using it,
+// and its number must not be reused under it; it happens rarely.
+//
+// Why a folder of its own (issue 18): every write makes, links or
+// renames, and unlinks a temp file, and each of those holds the folder's
+// lock on the client (the kernel's, for the whole round trip to the file
+// server). With one tmp/ for every process, the processes of a node
+// queued there: on the FUSE harness at 1 ms a round trip, 8 soma-trial
+// processes' temp-file creates took 21-25 ms each instead of 2, their
+// unlinks 8-16 ms, and P=8 ran 33-42 trials/s; with a folder each, 39-50
+// (P=4: 40 -> 50). A process's own writes still share its folder, as
+// they share its descriptor.
 func (s *Store) tmpDir(stale int) (int, error) {
 	s.fds.tmpMu.Lock()
 	defer s.fds.tmpMu.Unlock()
 	if s.fds.tmpFD >= 0 && s.fds.tmpFD != stale {
 		return s.fds.tmpFD, nil
 	}
-	fd, err := s.openDir("tmp", true)
+	fd, err := s.openDir("tmp/"+s.tmpSub, true)
 	if err != nil {
 		if isForeign(err) {
 			return -1, fmt.Errorf("fsstore: temp folder: %w", s.foreign("", Digest{}, "tmp"))
 		}
-		return -1, fmt.Errorf("fsstore: temp folder %s: %w", s.tmp, err)
+		if e := notWritable(s.tmp, err); e != err {
+			return -1, e
+		}
+		return -1, fmt.Errorf("fsstore: temp folder %s: %w", s.tmpPath(), err)
 	}
 	s.fds.tmpFD = fd
 	return fd, nil
 }
+
+// tmpPath is the path of this Store's temp folder, for messages.
+func (s *Store) tmpPath() string { return filepath.Join(s.tmp, s.tmpSub) }
 
 // goneDir reports whether err means the folder a descriptor refers to was
 // removed (ENOENT for a new name in it, ESTALE on NFS).

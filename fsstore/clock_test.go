@@ -11,15 +11,19 @@ import (
 // countClocks counts the clock files (Now) in the folder tmp.
 func countClocks(t *testing.T, tmp string) int {
 	t.Helper()
-	es, err := os.ReadDir(tmp)
-	if err != nil {
-		t.Fatal(err)
-	}
 	n := 0
-	for _, e := range es {
-		if strings.Contains(e.Name(), ".clock-") {
+	// Each Store's clock file is in its own folder under tmp/ (tmpDir).
+	err := filepath.WalkDir(tmp, func(p string, e os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !e.IsDir() && strings.Contains(e.Name(), ".clock-") {
 			n++
 		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return n
 }

@@ -7,9 +7,12 @@
 //	soma.json                     format marker: {"format":"soma-store","version":1}
 //	blobs/sha256/<2 hex>/<62 hex> immutable blobs, addressed by their SHA-256
 //	names/<seg>/<seg>/.../<leaf>  one small text record per name (digest + meta)
-//	tmp/<host>.<pid>.<random>     unique temp files; every write starts here
+//	tmp/<host>.<pid>.<random>/    one folder per process (Store) of unique
+//	                              temp files; every write starts there
 //
-// Every write goes through one recipe: a unique temp file in tmp/, written,
+// Every write goes through one recipe: a unique temp file in the process's
+// folder under tmp/ (a folder each, so that the processes of a node do not
+// queue on one folder's lock: see tmpDir), written,
 // fsynced and closed (errors of both checked, since NFS reports ENOSPC and
 // EDQUOT only there), then published by link(2) (Claim, and blobs) or
 // rename(2) (Bind), then the directory is fsynced. A reader therefore never

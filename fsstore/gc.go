@@ -43,12 +43,15 @@ type GCOptions struct {
 
 // GCReport says what GC removed (or would remove, with DryRun).
 type GCReport struct {
-	TempFiles  int   `json:"temp_files"`
-	TempBytes  int64 `json:"temp_bytes"`
-	Blobs      int   `json:"blobs"`
-	BlobBytes  int64 `json:"blob_bytes"`
-	BlobsKept  int   `json:"blobs_kept"`
-	CorruptRec int   `json:"corrupt_records"`
+	TempFiles int `json:"temp_files"`
+	// TempFolders is how many processes' temp folders (tmp/<host>.<pid>.<random>)
+	// were removed: empty, and unchanged for the grace.
+	TempFolders int   `json:"temp_folders"`
+	TempBytes   int64 `json:"temp_bytes"`
+	Blobs       int   `json:"blobs"`
+	BlobBytes   int64 `json:"blob_bytes"`
+	BlobsKept   int   `json:"blobs_kept"`
+	CorruptRec  int   `json:"corrupt_records"`
 	// CorruptPaths are the files of the corrupt or foreign records that
 	// stopped blob collection.
 	CorruptPaths []string `json:"-"`
@@ -109,21 +112,7 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (GCReport, error) {
 		return rep, fmt.Errorf("gc: %w", err)
 	}
 	cutoff := now.Add(-opts.TempOlderThan)
-	tfd, err := s.tmpDir(-1)
-	if err != nil {
-		return rep, fmt.Errorf("gc: %w", err)
-	}
-	err = eachFile(tfd, s.tmp, func(name string, st *unix.Stat_t) {
-		if strings.HasPrefix(name, ".nfs") || !mtime(st).Before(cutoff) {
-			return
-		}
-		rep.TempFiles++
-		rep.TempBytes += st.Size
-		if !opts.DryRun {
-			_ = unix.Unlinkat(tfd, name, 0)
-		}
-	})
-	if err != nil {
+	if err := s.gcTemp(cutoff, opts.DryRun, &rep); err != nil {
 		return rep, fmt.Errorf("gc: %w", err)
 	}
 	if !opts.Blobs {
@@ -270,6 +259,72 @@ func readNames(fd int, dir string) ([]string, error) {
 // eachFile calls fn for each regular file in the open folder fd (dir
 // names it in errors), with its lstat. Links and other things are
 // skipped: never followed, never removed.
+// gcTemp removes the temp files under tmp/ last written before cutoff:
+// those in each process's folder (tmpDir), and those directly in tmp/
+// (where soma before issue 18 made them, and where one of those may
+// still be running). A process's folder is removed once it is empty and
+// was last changed before cutoff; its process, if still alive, makes it
+// again at its next write (tmpDir replaces a descriptor whose folder is
+// gone). rmdir removes only an empty folder, atomically, so a temp file
+// made at that moment either keeps the folder or finds it gone and is
+// made in a new one. Never into a link: O_NOFOLLOW.
+func (s *Store) gcTemp(cutoff time.Time, dryRun bool, rep *GCReport) error {
+	tfd, err := s.openDir("tmp", true)
+	if err != nil {
+		if isForeign(err) {
+			return fmt.Errorf("temp folder: %w", s.foreign("", Digest{}, "tmp"))
+		}
+		return fmt.Errorf("temp folder %s: %w", s.tmp, err)
+	}
+	defer unix.Close(tfd)
+	old := func(dir int) func(name string, st *unix.Stat_t) {
+		return func(name string, st *unix.Stat_t) {
+			if strings.HasPrefix(name, ".nfs") || !mtime(st).Before(cutoff) {
+				return
+			}
+			rep.TempFiles++
+			rep.TempBytes += st.Size
+			if !dryRun {
+				_ = unix.Unlinkat(dir, name, 0)
+			}
+		}
+	}
+	if err := eachFile(tfd, s.tmp, old(tfd)); err != nil {
+		return err
+	}
+	names, err := readNames(tfd, s.tmp)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESTALE) {
+			return nil
+		}
+		return err
+	}
+	for _, n := range names {
+		var st unix.Stat_t
+		if unix.Fstatat(tfd, n, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || strings.HasPrefix(n, ".") {
+			continue
+		}
+		sfd, err := openatRetry(tfd, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // gone meanwhile, or not ours to read
+		}
+		err = eachFile(sfd, filepath.Join(s.tmp, n), old(sfd))
+		unix.Close(sfd)
+		if err != nil {
+			return err
+		}
+		// The folder's mtime as listed: the removals just made changed
+		// it, but only an empty folder goes, and it was empty of
+		// anything newer than cutoff.
+		if n != s.tmpSub && mtime(&st).Before(cutoff) && !dryRun {
+			if unix.Unlinkat(tfd, n, unix.AT_REMOVEDIR) == nil {
+				rep.TempFolders++
+			}
+		}
+	}
+	return nil
+}
+
 func eachFile(fd int, dir string, fn func(name string, st *unix.Stat_t)) error {
 	names, err := readNames(fd, dir)
 	if err != nil {

@@ -54,8 +54,11 @@ type Store struct {
 	blobs    string
 	parallel int
 	prefix   string // temp file prefix: host.pid.
-	seq      atomic.Uint64
-	fds      beneath // the root's and tmp/'s descriptors (beneath.go)
+	// tmpSub is this Store's own temp folder under tmp/,
+	// <host>.<pid>.<random>: see tmpDir.
+	tmpSub string
+	seq    atomic.Uint64
+	fds    beneath // the root's and tmp/'s descriptors (beneath.go)
 
 	hintsOnce sync.Once // sealHints
 	hints     bool
@@ -104,6 +107,9 @@ func Open(root string, opts Options) (*Store, error) {
 	}
 	host, _ := os.Hostname()
 	s.prefix = SanitizeSegment(host) + "." + strconv.Itoa(os.Getpid()) + "."
+	var sub [4]byte
+	_, _ = rand.Read(sub[:])
+	s.tmpSub = s.prefix + hex.EncodeToString(sub[:])
 
 	// The root is opened following a link AT the root (--root
 	// ~/scratch/x where scratch is a link); links inside it never are.
@@ -334,7 +340,7 @@ func (s *Store) writeTempOpts(r io.Reader, h io.Writer, mode uint32, timed, dura
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	name := s.prefix + strconv.FormatUint(s.seq.Add(1), 10) + "-" + hex.EncodeToString(rnd[:])
-	path := filepath.Join(s.tmp, name)
+	path := filepath.Join(s.tmpPath(), name)
 	dir, err := s.tmpDir(-1)
 	if err != nil {
 		return tempFile{}, err
@@ -1046,7 +1052,8 @@ func (s *Store) Touch(ctx context.Context, name string) (time.Time, error) {
 // Now returns the file server's current time: it sets the times of this
 // Store's clock file to now (futimens with UTIME_NOW, which NFS sends as
 // "set to server time", as Touch does) and reads back the mtime the
-// server stamped (fstat). The clock file, tmp/<host>.<pid>.clock-<random>,
+// server stamped (fstat). The clock file, <host>.<pid>.clock-<random> in
+// the Store's temp folder (tmpDir),
 // is made on the first call and kept open for the Store's life, so a call
 // costs two system calls and no file made, fsynced or removed.
 //
@@ -1077,7 +1084,7 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 		t, err = touchFD(fd)
 	}
 	if err != nil {
-		return time.Time{}, fmt.Errorf("server time: clock file in %s: %w", s.tmp, err)
+		return time.Time{}, fmt.Errorf("server time: clock file in %s: %w", s.tmpPath(), err)
 	}
 	return t, nil
 }
@@ -1123,7 +1130,7 @@ func (s *Store) clock(stale int) (int, error) {
 		fd, err = openatRetry(dir, name, flags, 0o666)
 	}
 	if err != nil {
-		return -1, notWritableTemp(filepath.Join(s.tmp, name), err)
+		return -1, notWritableTemp(filepath.Join(s.tmpPath(), name), err)
 	}
 	s.fds.clockFD = fd
 	return fd, nil
