@@ -770,6 +770,9 @@ func (s *Store) Probe(ctx context.Context, name string) (Presence, error) {
 		if errors.Is(err, errReplaced) && try < replacedTries {
 			continue
 		}
+		if errors.Is(err, errStaleOpen) {
+			return Missing, nil // stale at every try: as a removed folder reads
+		}
 		return p, err
 	}
 }
@@ -789,6 +792,27 @@ var errReplaced = errors.New("fsstore: replaced while read")
 // within every one of them is a heartbeat storm, not a read.
 const replacedTries = 8
 
+// errStaleOpen is errReplaced for an open by name that answered ESTALE:
+// the file the lookup found was replaced (or removed) before the open
+// reached the server. Bug (issue 18, TestReadWhileRebound under load):
+// readRecord and Probe took ESTALE from the open itself for a name that is
+// not bound, so a name rebound at that moment by another process read as
+// missing ("resolve a/0: fsstore: not found" for a record that always
+// existed) — the kernel retries such an open once (LOOKUP_REVAL), and a
+// rebind can land within the retry too. Now the open is tried again, up
+// to replacedTries; a name stale at every try (a folder on its path
+// removed on another machine) still reads as not bound.
+var errStaleOpen = fmt.Errorf("%w (stale at open)", errReplaced)
+
+// staleOpen wraps err, the error of an open by name, in errStaleOpen if
+// it is ESTALE.
+func staleOpen(err error) error {
+	if errors.Is(err, syscall.ESTALE) {
+		return fmt.Errorf("%w: %w", errStaleOpen, err)
+	}
+	return err
+}
+
 // replaced wraps err in errReplaced if it says the open file is gone.
 func replaced(err error) error {
 	if errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.ENOENT) {
@@ -806,7 +830,10 @@ func (s *Store) probe(name string) (Presence, error) {
 	// the attributes the lookup of the leaf brought (modeCached), where an
 	// fstat would send a GETATTR.
 	fd, err := s.openName(name, unix.O_PATH, true)
+	err = staleOpen(err)
 	switch {
+	case errors.Is(err, errStaleOpen):
+		return Missing, err // Probe tries again
 	case isForeign(err):
 		ce := s.foreign(name, Digest{}, "names/"+name)
 		if ce.Path == s.namePath(name) {
@@ -883,6 +910,10 @@ func (s *Store) readRecord(name string) (Bound, error) {
 		if errors.Is(err, errReplaced) && try < replacedTries {
 			continue
 		}
+		if errors.Is(err, errStaleOpen) {
+			// Stale at every try: as a removed folder reads.
+			return Bound{}, fmt.Errorf("resolve %s: %w", name, ErrNotFound)
+		}
 		return b, err
 	}
 }
@@ -895,7 +926,10 @@ func (s *Store) readRecordOnce(name string) (Bound, error) {
 		if isForeign(err) {
 			return Bound{}, s.foreign(name, Digest{}, "names/"+name)
 		}
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESTALE) || errors.Is(err, syscall.ENOTDIR) {
+		if errors.Is(err, syscall.ESTALE) {
+			return Bound{}, staleOpen(err) // readRecord tries again
+		}
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 			return Bound{}, fmt.Errorf("resolve %s: %w", name, ErrNotFound)
 		}
 		return Bound{}, fmt.Errorf("resolve %s: open %s: %w", name, path, err)

@@ -39,8 +39,9 @@ type WatchOptions struct {
 	IgnorePrefix string
 }
 
-// OwnTempPrefix returns the prefix of the temp files this process writes
-// in <root>/tmp: "<host>.<pid>." (fsstore's documented layout).
+// OwnTempPrefix returns the prefix of this process's temp folder in
+// <root>/tmp and of the temp files in it: "<host>.<pid>." (fsstore's
+// documented layout).
 func OwnTempPrefix() string {
 	host, _ := os.Hostname()
 	return fsstore.SanitizeSegment(host) + "." + strconv.Itoa(os.Getpid()) + "."
@@ -51,9 +52,14 @@ func OwnTempPrefix() string {
 // a network filesystem (NFS, Lustre, GPFS...), on which inotify sees this
 // machine's changes only, never another node's.
 //
-// Every write to a store starts as a new file in <root>/tmp (fsstore's
-// atomic-write recipe), so one inotify watch on that folder sees every
-// change to every study, however many trial folders there are.
+// Every write to a store starts as a new file in its process's folder
+// under <root>/tmp (fsstore's atomic-write recipe), so an inotify watch
+// on tmp/ and on each of those folders (added as they appear) sees every
+// change to every study, however many trial folders there are. Bug
+// (issue 18): when fsstore moved each process's temp files from tmp/
+// into a folder of its own, the one watch on tmp/ saw only the folders
+// made, and a watched view on a local disk refreshed every 30 s instead of
+// at each change (TestWatchNotify).
 type Watcher struct {
 	root     string
 	o        WatchOptions
@@ -109,7 +115,25 @@ func NewWatcher(root string, o WatchOptions) (*Watcher, error) {
 		return w, nil
 	}
 	w.notify = nw
+	// The processes' folders already there (fsstore's tmpDir). One that
+	// cannot be watched (removed meanwhile by soma gc, or full inotify
+	// tables) is left to the full refresh.
+	if es, err := os.ReadDir(tmp); err == nil {
+		for _, e := range es {
+			w.watchTemp(filepath.Join(tmp, e.Name()), e.IsDir())
+		}
+	}
 	return w, nil
+}
+
+// watchTemp adds a watch on path, a process's temp folder under tmp/, if
+// it is a folder and not this process's own (whose files are its own
+// probes: IgnorePrefix).
+func (w *Watcher) watchTemp(path string, dir bool) {
+	if !dir || (w.o.IgnorePrefix != "" && strings.HasPrefix(filepath.Base(path), w.o.IgnorePrefix)) {
+		return
+	}
+	_ = w.notify.Add(path)
 }
 
 // Notify reports whether the watcher uses inotify (false: polling).
@@ -181,6 +205,13 @@ func (w *Watcher) Run(ctx context.Context, refresh func(context.Context) error) 
 			}
 			if w.o.IgnorePrefix != "" && strings.HasPrefix(filepath.Base(ev.Name), w.o.IgnorePrefix) {
 				continue
+			}
+			if ev.Has(fsnotify.Create) && filepath.Dir(ev.Name) == filepath.Join(w.root, "tmp") {
+				// A process's new temp folder: watch it at once, before
+				// its first write lands (one before this reads as the
+				// folder's own event, refreshed after Settle).
+				fi, err := os.Lstat(ev.Name)
+				w.watchTemp(ev.Name, err == nil && fi.IsDir())
 			}
 			if !pending {
 				pending = true

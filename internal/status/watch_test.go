@@ -61,20 +61,40 @@ func TestFSByMagic(t *testing.T) {
 
 // watchUntil runs a Watcher over a new store and writes to it from
 // another store handle (as another process would) after each refresh,
-// until refresh has been called n times.
-func watchUntil(t *testing.T, mode string, n int) (*Watcher, int) {
+// until refresh has been called n times. With early, that writer has
+// written before the Watcher starts (its temp folder is there already);
+// without, it opens the store and writes only after.
+func watchUntil(t *testing.T, mode string, n int, early bool) (*Watcher, int) {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "root")
-	s, err := fsstore.Open(root, fsstore.Options{Create: true})
-	if err != nil {
+	if _, err := fsstore.Open(root, fsstore.Options{Create: true}); err != nil {
 		t.Fatal(err)
+	}
+	var s *fsstore.Store
+	open := func() {
+		var err error
+		if s, err = fsstore.Open(root, fsstore.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if early {
+		open()
+		if _, err := s.Bind(context.Background(), "x/y", fsstore.Sum(nil), nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	w, err := NewWatcher(root, WatchOptions{Mode: mode, Interval: 50 * time.Millisecond, Settle: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	if !early {
+		open()
+	}
+	// Under the 30 s full refresh of a watch by inotify (Watcher.safety):
+	// refreshes that only it made would not come in time, and a change
+	// the watch missed fails the test instead of passing slowly.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	refreshed := make(chan struct{}, 100)
 	errc := make(chan error, 1)
@@ -105,14 +125,18 @@ func TestWatchNotify(t *testing.T) {
 	if here.Network {
 		t.Skipf("the temp dir is on %s, where inotify sees no remote change", here)
 	}
-	w, _ := watchUntil(t, WatchAuto, 3)
-	if !w.Notify() || !strings.Contains(w.Method(), "inotify") {
-		t.Errorf("auto on a local filesystem: %q, want inotify", w.Method())
+	// A writer that starts after the view, and one already writing
+	// (each process's temp folder is watched: see Watcher).
+	for _, early := range []bool{false, true} {
+		w, _ := watchUntil(t, WatchAuto, 3, early)
+		if !w.Notify() || !strings.Contains(w.Method(), "inotify") {
+			t.Errorf("auto on a local filesystem: %q, want inotify", w.Method())
+		}
 	}
 }
 
 func TestWatchPoll(t *testing.T) {
-	w, _ := watchUntil(t, WatchPoll, 3)
+	w, _ := watchUntil(t, WatchPoll, 3, false)
 	if w.Notify() || !strings.Contains(w.Method(), "polling every 50ms") {
 		t.Errorf("poll: %q", w.Method())
 	}
