@@ -1,0 +1,231 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// The plan socket: GET /plans upgraded to a WebSocket that carries many
+// one-shot plans over one connection, one after another (the message
+// flow is documented at SocketMessage). It exists for the warm round
+// trip of issue 14: a plan over POST /plans?wait=1 pays HTTP's request
+// parsing, header maps, the server's per-request background read and the
+// connection's goroutine hand-offs at every plan. Measured with nothing
+// of soma in between (BenchmarkRoundTrip, 2 cores at load 4.4): a bare
+// handler that sends each message to a running Python over a pipe, p50
+// 0.039-0.046 ms over one WebSocket (ws-to-pipe), 0.087-0.135 ms over
+// HTTP requests (http-to-pipe).
+
+// errSocketGone: the plan socket's connection ended (the client went
+// away, or the worker hung up); it cancels the plan running on it.
+var errSocketGone = errors.New("worker: plan socket closed")
+
+// planSocket is one connection of GET /plans.
+type planSocket struct {
+	s *Server
+	c *websocket.Conn
+	// readCtx bounds the connection's reads: hangup ends it, and the
+	// connection with it (coder/websocket closes a connection whose read
+	// context ends). planCtx is the context plans on this connection run
+	// under: it ends when the connection ends, or when Serve stops
+	// waiting for the running plan.
+	readCtx  context.Context
+	hangup   context.CancelFunc
+	planCtx  context.Context
+	stopPlan context.CancelCauseFunc
+
+	mu      sync.Mutex
+	busy    bool // a plan runs
+	closing bool // the server shuts down: refuse plans, hang up once idle
+}
+
+// planSocket serves GET /plans.
+func (s *Server) planSocket(w http.ResponseWriter, r *http.Request) {
+	ps := &planSocket{s: s}
+	ps.readCtx, ps.hangup = context.WithCancel(context.Background())
+	ps.planCtx, ps.stopPlan = context.WithCancelCause(context.Background())
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		s.fail(w, http.StatusServiceUnavailable, ErrClosed)
+		return
+	}
+	s.sockets[ps] = struct{}{}
+	s.socketsWG.Add(1)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.sockets, ps)
+		s.mu.Unlock()
+		ps.hangup()
+		ps.stopPlan(errSocketGone)
+		s.socketsWG.Done()
+	}()
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return // Accept has answered the client
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(maxPlanBody)
+	ps.c = c
+	ps.serve()
+}
+
+// serve runs the plans of the connection, one after another, in the
+// handler's goroutine, while a goroutine of its own reads the connection
+// (read), so that a client that goes away mid-plan is seen at once and
+// its plan cancelled. Both live as long as the connection: a goroutine
+// started for each plan instead cost a warm no-op plan 10-20 µs of CPU,
+// to grow its stack (copystack, from ValidatePlan's regexps and msgpack's
+// reflection) and to end it (a profile of BenchmarkRoundTrip).
+func (ps *planSocket) serve() {
+	// One slot: read hands over a plan only when none runs (begin), and
+	// need not wait for run to finish writing the previous result.
+	plans := make(chan *Plan, 1)
+	go ps.read(plans)
+	for p := range plans {
+		ps.run(p)
+	}
+}
+
+// read reads plan messages until the connection ends, hands each plan to
+// serve, and answers the ones it refuses itself. It closes plans when it
+// returns, and cancels the plan running then.
+func (ps *planSocket) read(plans chan<- *Plan) {
+	defer close(plans)
+	defer ps.stopPlan(errSocketGone)
+	for {
+		typ, b, err := ps.c.Read(ps.readCtx)
+		if err != nil {
+			return
+		}
+		p, refusal := decodeSocketPlan(typ, b)
+		if refusal == nil {
+			refusal = ps.begin(p)
+		}
+		if refusal != nil {
+			if err := ps.write(refusal); err != nil {
+				return
+			}
+			continue
+		}
+		plans <- p
+	}
+}
+
+// decodeSocketPlan reads a plan message. A message that is not one
+// yields the error message that answers it.
+func decodeSocketPlan(typ websocket.MessageType, b []byte) (*Plan, *SocketMessage) {
+	if typ != websocket.MessageBinary {
+		return nil, &SocketMessage{Kind: MsgError, Status: http.StatusBadRequest, Error: "worker: plan socket messages are binary msgpack frames (a text message came)"}
+	}
+	var m SocketMessage
+	if err := DecodeFrame(b, &m); err != nil {
+		return nil, &SocketMessage{Kind: MsgError, Status: http.StatusBadRequest, Error: err.Error()}
+	}
+	if m.Kind != MsgPlan || m.Plan == nil {
+		return nil, &SocketMessage{Kind: MsgError, ID: m.ID, Status: http.StatusBadRequest, Error: fmt.Sprintf("worker: plan socket: got a %q message, want %q with a plan", m.Kind, MsgPlan)}
+	}
+	return m.Plan, nil
+}
+
+// begin marks the socket busy with p, or says why p is refused.
+func (ps *planSocket) begin(p *Plan) *SocketMessage {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	switch {
+	case ps.closing:
+		return refusal(p.ID, ErrClosed)
+	case ps.busy:
+		return &SocketMessage{Kind: MsgError, ID: p.ID, Status: http.StatusConflict, Error: fmt.Sprintf("worker: plan %q came on a plan socket whose plan still runs (one plan at a time per connection: wait for the result, or open another connection)", p.ID)}
+	}
+	ps.busy = true
+	return nil
+}
+
+// run runs p as POST /plans?wait=1 does, and answers with its result.
+func (ps *planSocket) run(p *Plan) {
+	var m *SocketMessage
+	res, err := ps.s.w.Run(ps.planCtx, p)
+	if err != nil {
+		m = refusal(p.ID, err)
+	} else {
+		m = &SocketMessage{Kind: MsgResult, Result: res}
+	}
+	// Not busy before the answer is written: a client may send its next
+	// plan the moment it reads this one's result.
+	ps.mu.Lock()
+	ps.busy = false
+	closing := ps.closing
+	ps.mu.Unlock()
+	if err := ps.write(m); err != nil || closing {
+		ps.hangup()
+	}
+}
+
+// refusal is the error message for a plan Worker.Run refused.
+func refusal(id string, err error) *SocketMessage {
+	return &SocketMessage{Kind: MsgError, ID: id, Status: statusOf(err), Error: err.Error()}
+}
+
+// write sends m. The deadline bounds a client that stops reading (a large
+// result would block the write, and with it the plan's goroutine).
+func (ps *planSocket) write(m *SocketMessage) error {
+	b, err := EncodeFrame(m)
+	if err != nil {
+		ps.s.log.Error("encode plan socket message", "err", err)
+		b, err = EncodeFrame(&SocketMessage{Kind: MsgError, ID: m.ID, Status: http.StatusInternalServerError, Error: err.Error()})
+		if err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ps.readCtx, time.Minute)
+	defer cancel()
+	return ps.c.Write(ctx, websocket.MessageBinary, b)
+}
+
+// shutdown refuses further plans; an idle socket hangs up now, a busy
+// one after its plan's result.
+func (ps *planSocket) shutdown() {
+	ps.mu.Lock()
+	ps.closing = true
+	busy := ps.busy
+	ps.mu.Unlock()
+	if !busy {
+		ps.hangup()
+	}
+}
+
+// waitSockets waits for the plan sockets to end until ctx ends, then
+// cancels the plans still running on them and waits for those.
+func (s *Server) waitSockets(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		s.socketsWG.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	for ps := range s.sockets {
+		ps.stopPlan(ErrClosed)
+	}
+	s.mu.Unlock()
+	<-done
+}
+
+// openSockets returns how many plan sockets are open.
+func (s *Server) openSockets() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sockets)
+}
