@@ -342,6 +342,9 @@ func BenchmarkRoundTrip(b *testing.B) {
 		}
 		c.Store = tw.store
 		warmPlans(b, tw, floor, c.Run)
+		if n := tw.server.openSockets(); n != 1 {
+			b.Fatalf("%d plan sockets open, want 1: the plans did not all go over one socket", n)
+		}
 	})
 	b.Run("in-process", func(b *testing.B) {
 		tw := benchWorker(b)

@@ -47,15 +47,15 @@ type planSocket struct {
 
 // planSocket serves GET /plans.
 func (s *Server) planSocket(w http.ResponseWriter, r *http.Request) {
-	ps := &planSocket{s: s}
-	ps.readCtx, ps.hangup = context.WithCancel(context.Background())
-	ps.planCtx, ps.stopPlan = context.WithCancelCause(context.Background())
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		s.fail(w, http.StatusServiceUnavailable, ErrClosed)
 		return
 	}
+	ps := &planSocket{s: s}
+	ps.readCtx, ps.hangup = context.WithCancel(context.Background())
+	ps.planCtx, ps.stopPlan = context.WithCancelCause(context.Background())
 	s.sockets[ps] = struct{}{}
 	s.socketsWG.Add(1)
 	s.mu.Unlock()

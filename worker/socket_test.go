@@ -604,3 +604,32 @@ func runBy(t *testing.T, c *Client, p *Plan) *Result {
 	}
 	return res
 }
+
+// TestSocketRefusesBeyondSlots: the plan socket keeps the worker's
+// limits: with every slot busy, a plan on it is refused with the 503 that
+// POST /plans answers, and the socket carries the next plan once a slot
+// is free.
+func TestSocketRefusesBeyondSlots(t *testing.T) {
+	tw := newTestWorker(t, testOptions{maxPlans: 2})
+	mustSucceed(t, run(t, tw, behaviourPlan(t, "warm", "NoOp")))
+	ctx := context.Background()
+	viaHTTP := httpClient(t, tw)
+	for i := range 2 {
+		if _, err := viaHTTP.Submit(ctx, behaviourPlan(t, fmt.Sprintf("slot-%d", i), "Sleeper")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := tw.client.Run(ctx, behaviourPlan(t, "one-too-many", "NoOp"))
+	var re *RemoteError
+	if !errors.As(err, &re) || re.Status != http.StatusServiceUnavailable || !strings.Contains(err.Error(), "every slot is busy") {
+		t.Fatalf("a plan on the socket with every slot busy: %v; want the 503 POST answers", err)
+	}
+	if err := viaHTTP.Cancel(ctx, "slot-0"); err != nil {
+		t.Fatal(err)
+	}
+	mustSucceed(t, run(t, tw, behaviourPlan(t, "after", "NoOp")))
+	if n := tw.server.openSockets(); n != 1 {
+		t.Errorf("%d plan sockets open, want 1", n)
+	}
+	_ = viaHTTP.Cancel(ctx, "slot-1")
+}
