@@ -633,3 +633,20 @@ func TestSocketRefusesBeyondSlots(t *testing.T) {
 	}
 	_ = viaHTTP.Cancel(ctx, "slot-1")
 }
+
+// TestSocketLargePlanOverPOST: a plan with a megabyte or more of inline
+// values goes over POST /plans?wait=1 (the worker reads a body of known
+// length into one buffer), a small one over the socket.
+func TestSocketLargePlanOverPOST(t *testing.T) {
+	tw := newTestWorker(t, testOptions{})
+	big := behaviourPlan(t, "big", "NoOp")
+	big.Input = Value{Kind: KindBytes, Data: bytes.Repeat([]byte{7}, socketMaxPayload)}
+	mustSucceed(t, run(t, tw, big))
+	if n := tw.server.openSockets(); n != 0 {
+		t.Fatalf("%d plan sockets open after a plan of %d inline bytes, want 0 (it goes over POST)", n, socketMaxPayload)
+	}
+	mustSucceed(t, run(t, tw, behaviourPlan(t, "small", "NoOp")))
+	if n := tw.server.openSockets(); n != 1 {
+		t.Fatalf("%d plan sockets open after a small plan, want 1", n)
+	}
+}
