@@ -2,14 +2,18 @@
 # bench-worker.sh: issue 14's benchmarks of soma-worker, side by side with
 # their floors measured in the same run, printed as one markdown table.
 #
-#   round trip  a warm no-op plan over loopback HTTP (p50, p99; its file
-#               inline, and by digest from a client that sees the store), against
+#   round trip  a warm no-op plan over loopback through Client.Run, which
+#               sends it on the plan socket (p50, p99; its file inline, and
+#               by digest from a client that sees the store), and over
+#               POST /plans?wait=1 (soma-worker-http: the path before the
+#               socket, and Run's to an older worker), against
 #               the floor: the same frame to an already running Python
 #               over a pipe plus a bare loopback HTTP request (goal: p50
 #               < 5 ms and within 2x of the floor), and against the two
 #               composed with no soma between them (http-to-pipe: a bare
 #               HTTP handler that calls the Python over the pipe, which
-#               on few cores costs well above the sum). Latency on a shared
+#               on few cores costs well above the sum; ws-to-pipe: the
+#               same over one WebSocket, the socket's own floor). Latency on a shared
 #               machine is noisy: ROUNDS runs of N plans each, medians of
 #               their p50s and p99s, the load average before and after,
 #               and the CPU each plan cost (Go: client, server and worker
@@ -77,7 +81,9 @@ END {
 		if (GO[k] != "") cpu = sprintf("%.0f / %.0f", median(GO[k]), median(PY[k]))
 		if (k ~ /^soma-worker/ || k == "in-process") vs = sprintf("%.1fx pipe + http (%.3f ms)", median(P50[k]) / floor, floor)
 		if (k ~ /^soma-worker/ && P50["http-to-pipe"] != "") vs = vs sprintf("; %.1fx http-to-pipe", median(P50[k]) / median(P50["http-to-pipe"]))
+		if (k ~ /^soma-worker/ && P50["ws-to-pipe"] != "") vs = vs sprintf("; %.1fx ws-to-pipe", median(P50[k]) / median(P50["ws-to-pipe"]))
 		if (k == "http-to-pipe") vs = sprintf("%.1fx pipe + http: the two composed", median(P50[k]) / floor)
+		if (k == "ws-to-pipe") vs = sprintf("%.1fx pipe + http: a WebSocket and the pipe composed", median(P50[k]) / floor)
 		printf "| %s | %.3f | %.3f | %s | %s |\n", k, median(P50[k]), median(P99[k]), cpu, vs
 	}
 }' "$tmp/rt.txt"

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/soma-hpc/soma/internal/testutil"
 	"github.com/soma-hpc/soma/zarr"
 )
@@ -30,8 +31,10 @@ import (
 //	RoundTrip/python-pipe      floor: the same bytes to an already running Python over a pipe
 //	RoundTrip/loopback-http    floor: a bare loopback HTTP request
 //	RoundTrip/http-to-pipe     the two composed: a bare HTTP handler that calls the Python over the pipe
-//	RoundTrip/soma-worker      a warm no-op plan over loopback HTTP
-//	RoundTrip/soma-worker-by-digest  the same, its file by digest (a client that sees the store)
+//	RoundTrip/ws-to-pipe       the same over a WebSocket: a bare handler that calls the Python over the pipe per message
+//	RoundTrip/soma-worker      a warm no-op plan through Client.Run (the plan socket, GET /plans)
+//	RoundTrip/soma-worker-http the same over POST /plans?wait=1 (Run's path to a worker without the socket)
+//	RoundTrip/soma-worker-by-digest  the socket, its file by digest (a client that sees the store)
 //	RoundTrip/in-process       the same plan through Worker.Run (no HTTP)
 //	Forward/{inline,blob,zarr} a forward of a SOMA_BENCH_MB (default 100) MB float32 array
 //	Forward/store-read         floor for references: reading the bytes from the store
@@ -243,6 +246,66 @@ func BenchmarkRoundTrip(b *testing.B) {
 		b.ReportMetric(float64((selfCPU(b)-self0).Microseconds())/n, "go-cpu-us")
 		b.ReportMetric(float64((procCPU(b, cmd.Process.Pid)-py0).Microseconds())/n, "py-cpu-us")
 	})
+	b.Run("ws-to-pipe", func(b *testing.B) {
+		// The same composed floor for the plan socket's transport: one
+		// WebSocket carries every call, and a bare handler sends each
+		// message to the running Python over the pipe and writes back
+		// its reply.
+		cmd, in, out := startEcho(b)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c, err := websocket.Accept(w, r, nil)
+			if err != nil {
+				return
+			}
+			defer c.CloseNow()
+			for {
+				_, body, err := c.Read(context.Background())
+				if err != nil {
+					return
+				}
+				frame := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
+				frame = append(frame, body...)
+				if _, err := in.Write(frame); err != nil {
+					return
+				}
+				reply := make([]byte, len(frame))
+				if _, err := io.ReadFull(out, reply); err != nil {
+					return
+				}
+				if err := c.Write(context.Background(), websocket.MessageBinary, reply[4:]); err != nil {
+					return
+				}
+			}
+		}))
+		defer srv.Close()
+		ctx := context.Background()
+		c, _, err := websocket.Dial(ctx, srv.URL, &websocket.DialOptions{HTTPClient: srv.Client()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.CloseNow()
+		msg := []byte(`{"op":"call","node":"n","method":"forward","args":[{"kind":"object","object":"x"}]}`)
+		var l latencies
+		self0, py0 := selfCPU(b), procCPU(b, cmd.Process.Pid)
+		for b.Loop() {
+			l.time(func() {
+				if err := c.Write(ctx, websocket.MessageBinary, msg); err != nil {
+					b.Fatal(err)
+				}
+				_, got, err := c.Read(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !bytes.Equal(got, msg) {
+					b.Fatalf("echo %q, want %q", got, msg)
+				}
+			})
+		}
+		n := float64(len(l))
+		l.report(b)
+		b.ReportMetric(float64((selfCPU(b)-self0).Microseconds())/n, "go-cpu-us")
+		b.ReportMetric(float64((procCPU(b, cmd.Process.Pid)-py0).Microseconds())/n, "py-cpu-us")
+	})
 	floor := 0.0
 	if pipeP50 > 0 && httpP50 > 0 {
 		floor = pipeP50 + httpP50
@@ -250,6 +313,23 @@ func BenchmarkRoundTrip(b *testing.B) {
 	b.Run("soma-worker", func(b *testing.B) {
 		tw := benchWorker(b)
 		warmPlans(b, tw, floor, tw.client.Run)
+		if n := tw.server.openSockets(); n != 1 {
+			b.Fatalf("%d plan sockets open, want 1: the plans did not all go over one socket", n)
+		}
+	})
+	b.Run("soma-worker-http", func(b *testing.B) {
+		// The same over POST /plans?wait=1: Run's path to a worker
+		// without the plan socket, and every plan's path before it.
+		tw := benchWorker(b)
+		c, err := NewClient(tw.srv.URL, testToken, tw.srv.Client())
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.noSocket = true
+		warmPlans(b, tw, floor, c.Run)
+		if n := tw.server.openSockets(); n != 0 {
+			b.Fatalf("%d plan sockets open, want 0", n)
+		}
 	})
 	b.Run("soma-worker-by-digest", func(b *testing.B) {
 		// The same, from a client that sees the worker's store (soma run
@@ -262,6 +342,9 @@ func BenchmarkRoundTrip(b *testing.B) {
 		}
 		c.Store = tw.store
 		warmPlans(b, tw, floor, c.Run)
+		if n := tw.server.openSockets(); n != 1 {
+			b.Fatalf("%d plan sockets open, want 1: the plans did not all go over one socket", n)
+		}
 	})
 	b.Run("in-process", func(b *testing.B) {
 		tw := benchWorker(b)

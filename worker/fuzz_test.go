@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"testing"
+
+	"github.com/coder/websocket"
 )
 
 // FuzzDecodeFrame: no input makes the frame decoder panic or hang; a
@@ -65,6 +67,57 @@ func FuzzReadPipeFrame(f *testing.F) {
 		}
 		if r.Value != nil {
 			_, _ = fromPipe(r.Value, body)
+		}
+	})
+}
+
+// FuzzSocketMessages: no message makes the plan socket's decoders panic
+// or hang, on the worker (decodeSocketPlan) or the client (readAnswer);
+// a message the worker accepts is a plan, and one the client accepts is
+// the answer to the plan it sent.
+func FuzzSocketMessages(f *testing.F) {
+	p := &Plan{ID: "p", Nodes: []Node{{ID: "a", File: "f.py", Class: "C"}}, Input: Value{Kind: KindObject, Object: "x"}}
+	for _, m := range []*SocketMessage{
+		{Kind: MsgPlan, Plan: p},
+		{Kind: MsgResult, Result: &Result{ID: "p", State: StateSucceeded, Outputs: map[string]Value{"a": {Kind: KindBytes, Data: []byte("out")}}}},
+		{Kind: MsgError, ID: "p", Status: 409, Error: "busy"},
+		{Kind: MsgError, Status: 400, Error: "malformed"},
+		{Kind: MsgChunk},
+	} {
+		b, err := EncodeFrame(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(true, b)
+		f.Add(true, b[:len(b)/2])
+		f.Add(false, b)
+	}
+	f.Add(true, []byte{0x81, 0xa7, 'v', 'e', 'r', 's', 'i', 'o', 'n', 0x02})
+	f.Add(true, []byte{0xdf, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, binary bool, b []byte) {
+		typ := websocket.MessageText
+		if binary {
+			typ = websocket.MessageBinary
+		}
+		plan, refusal := decodeSocketPlan(typ, b)
+		if (plan == nil) == (refusal == nil) {
+			t.Fatalf("decodeSocketPlan = %v, %v: want a plan or a refusal", plan, refusal)
+		}
+		if refusal != nil && (refusal.Kind != MsgError || refusal.Status != 400 || refusal.Error == "") {
+			t.Fatalf("refusal %+v, want a 400 error message", refusal)
+		}
+		if plan != nil {
+			again, err := EncodeFrame(&SocketMessage{Kind: MsgPlan, Plan: plan})
+			if err != nil {
+				t.Fatalf("re-encode: %v", err)
+			}
+			if p, refusal := decodeSocketPlan(websocket.MessageBinary, again); p == nil {
+				t.Fatalf("the re-encoded plan is refused: %+v", refusal)
+			}
+		}
+		res, err := readAnswer(typ, b, "p")
+		if (err == nil) == (res == nil) || (res != nil && res.ID != "p") {
+			t.Fatalf("readAnswer = %+v, %v: want plan p's result or an error", res, err)
 		}
 	})
 }

@@ -22,6 +22,7 @@ type testWorker struct {
 	w      *Worker
 	store  *fsstore.Store
 	srv    *httptest.Server
+	server *Server
 	client *Client
 }
 
@@ -67,13 +68,15 @@ func newTestWorker(t testing.TB, to testOptions) *testWorker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(NewServer(w, testToken).Handler())
+	server := NewServer(w, testToken)
+	srv := httptest.NewServer(server.Handler())
 	c, err := NewClient(srv.URL, testToken, srv.Client())
 	if err != nil {
 		t.Fatal(err)
 	}
-	tw := &testWorker{w: w, store: store, srv: srv, client: c}
+	tw := &testWorker{w: w, store: store, srv: srv, server: server, client: c}
 	t.Cleanup(func() {
+		c.CloseIdle()
 		srv.CloseClientConnections()
 		srv.Close()
 		w.Close()

@@ -2,7 +2,8 @@ package worker
 
 // This file is the wire's compatibility surface: every type that crosses
 // the network between a client and soma-worker is declared here, with its
-// msgpack field names. Change it only by adding a version.
+// msgpack field names. Change it only by adding a version, or as the
+// rules below allow within one.
 //
 // Rules (issue 14; the original's protocol.rs, seed 000):
 //
@@ -24,6 +25,21 @@ package worker
 //     same). A frame that uses the new field is refused by an older
 //     worker as an unknown field, which is the point: that worker cannot
 //     honour it. Fields added this way: Ask.ShareGPUs (share_gpus).
+//   - An endpoint may be added within a version if every frame it
+//     carries is a frame of this file at this version, with the meaning
+//     it has elsewhere, and an older peer can meet it only as a refused
+//     handshake. Endpoints added this way: the plan socket (GET /plans
+//     as a WebSocket, SocketMessage), beside POST /plans?wait=1. Why
+//     not version 2: a bump makes every new client refuse every older
+//     worker on every endpoint (POST /plans and the stream included),
+//     so a cluster could not upgrade its workers one node at a time,
+//     and nothing an older peer decodes would have changed to justify
+//     it. An older worker answers the socket's handshake 404 or 405 (no
+//     GET /plans route); an older client never asks for it; neither
+//     ever sees a SocketMessage. A client that is refused the handshake
+//     therefore faces a worker of the same version, whose POST /plans
+//     carries the same Plan and Result: it may use that, and says so
+//     once (Client.Run).
 
 import (
 	"bytes"
@@ -328,6 +344,50 @@ type StreamMessage struct {
 	Error string `msgpack:"error,omitempty"`
 }
 
+// Plan socket message kinds (GET /plans upgraded to a WebSocket; added
+// within version 1 by the endpoint rule at the top of this file). One
+// connection carries many one-shot plans, one after another:
+//
+//	client → worker  plan    a Plan, as POST /plans?wait=1's body
+//	worker → client  result  its Result (succeeded, failed or cancelled)
+//	worker → client  error   the plan was refused before it ran; nothing was registered
+//
+// and again, on the same connection. The client sends the next plan only
+// after the answer to the last one; a plan sent before that is refused
+// (409), as is a malformed frame or one of another version (400: the
+// connection stays usable, since WebSocket messages delimit frames),
+// an invalid plan (400), the id of a running plan (409), a worker whose
+// slots are all busy or that is shutting down (503). Each plan is
+// registered as POST /plans?wait=1 registers it, so GET and DELETE
+// /plans/<id> see and cancel it, and its result is kept the same way.
+// A connection that ends while its plan runs cancels the plan, as a
+// stream's does. A worker that shuts down closes its idle plan sockets
+// at once and a busy one after its plan's result (the plan gets what a
+// POST /plans?wait=1 plan gets: until the server's shutdown deadline,
+// then it is cancelled).
+const (
+	MsgPlan   = "plan"
+	MsgResult = "result"
+	// MsgError ("error") is shared with the stream.
+)
+
+// SocketMessage is one message on the plan socket. Kind says which
+// fields are set. Decoded strictly in both directions: only peers of
+// this version ever exchange it.
+type SocketMessage struct {
+	Version int    `msgpack:"version"`
+	Kind    string `msgpack:"kind"`
+	// plan
+	Plan *Plan `msgpack:"plan,omitempty"`
+	// result
+	Result *Result `msgpack:"result,omitempty"`
+	// error: ID is the refused plan's (empty when its frame could not be
+	// read); Status is the HTTP status POST /plans would have answered.
+	ID     string `msgpack:"id,omitempty"`
+	Status int    `msgpack:"status,omitempty"`
+	Error  string `msgpack:"error,omitempty"`
+}
+
 // versioned is implemented by every frame type.
 type versioned interface{ setVersion() }
 
@@ -341,6 +401,7 @@ func (e *ErrorReply) setVersion()    { stamp(&e.Version) }
 func (h *Health) setVersion()        { stamp(&h.Version) }
 func (c *Capabilities) setVersion()  { stamp(&c.Version) }
 func (m *StreamMessage) setVersion() { stamp(&m.Version) }
+func (m *SocketMessage) setVersion() { stamp(&m.Version) }
 
 func stamp(v *int) {
 	if *v != ProtocolVersion {
@@ -470,6 +531,12 @@ func payloadSize(v versioned) int {
 	case *Result:
 		addMap(t.Outputs)
 		addMap(t.States)
+	case *SocketMessage:
+		addPlan(t.Plan)
+		if t.Result != nil {
+			addMap(t.Result.Outputs)
+			addMap(t.Result.States)
+		}
 	case *StreamMessage:
 		addPlan(t.Plan)
 		add(t.Input, t.Targets)

@@ -28,17 +28,23 @@ type Server struct {
 	mu      sync.Mutex
 	closing bool
 	cancels map[*context.CancelFunc]struct{}
+	// sockets are the open plan sockets (GET /plans), which Serve also
+	// waits for: their running plans get what POST /plans?wait=1 plans
+	// get at shutdown.
+	sockets   map[*planSocket]struct{}
+	socketsWG sync.WaitGroup
 }
 
 // NewServer returns a server for w. An empty token means no auth (loopback
 // only: see CheckListen).
 func NewServer(w *Worker, token string) *Server {
-	return &Server{w: w, token: token, log: w.log, cancels: map[*context.CancelFunc]struct{}{}}
+	return &Server{w: w, token: token, log: w.log, cancels: map[*context.CancelFunc]struct{}{}, sockets: map[*planSocket]struct{}{}}
 }
 
 // Handler returns the HTTP routes:
 //
 //	POST   /plans            submit (?wait=1: answer with the result)
+//	GET    /plans            WebSocket: one-shot plans, one after another (the plan socket)
 //	GET    /plans/{id}       state, and the result once ended
 //	DELETE /plans/{id}       cancel
 //	GET    /plans/stream     WebSocket: a plan in chunks
@@ -49,6 +55,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /health", s.health)
 	mux.Handle("GET /capabilities", s.auth(http.HandlerFunc(s.capabilities)))
 	mux.Handle("POST /plans", s.auth(http.HandlerFunc(s.submit)))
+	// The plan socket is GET /plans rather than a path under /plans/,
+	// where it would hide a plan of that id from GET /plans/{id} (as
+	// /plans/stream hides a plan named "stream").
+	mux.Handle("GET /plans", s.auth(http.HandlerFunc(s.planSocket)))
 	mux.Handle("GET /plans/stream", s.auth(http.HandlerFunc(s.stream)))
 	mux.Handle("GET /plans/{id}", s.auth(http.HandlerFunc(s.status)))
 	mux.Handle("DELETE /plans/{id}", s.auth(http.HandlerFunc(s.cancel)))
@@ -56,7 +66,9 @@ func (s *Server) Handler() http.Handler {
 }
 
 // Serve serves on ln until ctx ends, then shuts down: it stops accepting,
-// ends the streams and waits for every handler.
+// ends the streams, closes the idle plan sockets, and waits for every
+// handler; plans still running on HTTP requests and plan sockets get 10 s
+// to end (then those on sockets are cancelled).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second}
 	errc := make(chan error, 1)
@@ -71,10 +83,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	for c := range s.cancels {
 		(*c)()
 	}
+	for ps := range s.sockets {
+		ps.shutdown()
+	}
 	s.mu.Unlock()
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := hs.Shutdown(sctx)
+	s.waitSockets(sctx)
 	s.streams.Wait()
 	<-errc
 	return err

@@ -333,6 +333,8 @@ func runOn(ctx context.Context, url, token string, store *fsstore.Store, p *work
 		return nil, usageError{err}
 	}
 	client.Store = store
+	// The plan socket Run opens is this plan's alone: close it after.
+	defer client.CloseIdle()
 	if pl == nil {
 		return client.Run(ctx, p)
 	}

@@ -1,0 +1,251 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// The plan socket: GET /plans upgraded to a WebSocket that carries many
+// one-shot plans over one connection, one after another (the message
+// flow is documented at SocketMessage). It exists for the warm round
+// trip of issue 14: a plan over POST /plans?wait=1 pays HTTP's request
+// parsing, header maps, the server's per-request background read and the
+// connection's goroutine hand-offs at every plan. Measured with nothing
+// of soma in between (BenchmarkRoundTrip, 2 cores at load 4.4): a bare
+// handler that sends each message to a running Python over a pipe, p50
+// 0.039-0.046 ms over one WebSocket (ws-to-pipe), 0.087-0.135 ms over
+// HTTP requests (http-to-pipe).
+
+// errSocketGone: the plan socket's connection ended (the client went
+// away, or the worker hung up); it cancels the plan running on it.
+var errSocketGone = errors.New("worker: plan socket closed")
+
+// planSocket is one connection of GET /plans.
+type planSocket struct {
+	s *Server
+	c *websocket.Conn
+	// readCtx bounds the connection's reads: hangup ends it, and the
+	// connection with it (coder/websocket closes a connection whose read
+	// context ends). planCtx is the context plans on this connection run
+	// under: it ends when the connection ends, or when Serve stops
+	// waiting for the running plan.
+	readCtx  context.Context
+	hangup   context.CancelFunc
+	planCtx  context.Context
+	stopPlan context.CancelCauseFunc
+	// readers counts the goroutines in read (one at a time reads; see
+	// read) and the one the running plan's timer may start.
+	readers sync.WaitGroup
+
+	mu      sync.Mutex
+	busy    bool // a plan runs
+	closing bool // the server shuts down: refuse plans, hang up once idle
+}
+
+// planSocket serves GET /plans.
+func (s *Server) planSocket(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		s.fail(w, http.StatusServiceUnavailable, ErrClosed)
+		return
+	}
+	ps := &planSocket{s: s}
+	ps.readCtx, ps.hangup = context.WithCancel(context.Background())
+	ps.planCtx, ps.stopPlan = context.WithCancelCause(context.Background())
+	s.sockets[ps] = struct{}{}
+	s.socketsWG.Add(1)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.sockets, ps)
+		s.mu.Unlock()
+		ps.hangup()
+		ps.stopPlan(errSocketGone)
+		s.socketsWG.Done()
+	}()
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return // Accept has answered the client
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(maxPlanBody)
+	ps.c = c
+	ps.serve()
+}
+
+// watchAfter is how long a plan runs on the goroutine that read it before
+// another goroutine takes over reading the connection (read).
+const watchAfter = time.Millisecond
+
+// serve reads and runs the connection's plans until it ends, and returns
+// once every goroutine it started has.
+func (ps *planSocket) serve() {
+	ps.readers.Add(1)
+	ps.read()
+	ps.readers.Wait()
+}
+
+// read reads plan messages until the connection ends, answers the ones it
+// refuses, and runs each plan itself. A plan that outlasts watchAfter
+// hands the reading to a new goroutine, which carries on this loop while
+// this one finishes the plan and ends: the connection is always read, so
+// a client that goes away mid-plan is seen at once and its plan
+// cancelled (and a plan sent before the last one's result is refused),
+// while a plan that ends sooner runs with no goroutine started and no
+// hand-off. Was: every plan handed to a runner goroutine over a channel,
+// which cost a warm no-op plan p50 0.254 ms against 0.218 now (Go CPU 248
+// against 235 µs a plan; medians of 6 runs of 2000 plans, two binaries
+// alternating, 2 cores at load 10-11); and before that a goroutine
+// started per plan, which cost 10-20 µs more to grow its stack
+// (copystack: ValidatePlan's regexps, msgpack's reflection) and to end it
+// (pprof). When read returns for any reason other than the hand-off, it
+// cancels the plan running then.
+func (ps *planSocket) read() {
+	defer ps.readers.Done()
+	for {
+		typ, b, err := ps.c.Read(ps.readCtx)
+		if err != nil {
+			ps.stopPlan(errSocketGone)
+			return
+		}
+		p, refusal := decodeSocketPlan(typ, b)
+		if refusal == nil {
+			refusal = ps.begin(p)
+		}
+		if refusal != nil {
+			if err := ps.write(refusal); err != nil {
+				ps.stopPlan(errSocketGone)
+				return
+			}
+			continue
+		}
+		// Counted before the timer can start the successor, so that
+		// serve's Wait cannot see zero between this goroutine's end and
+		// the successor's start.
+		ps.readers.Add(1)
+		watch := time.AfterFunc(watchAfter, ps.read)
+		ps.run(p)
+		if !watch.Stop() {
+			return // the successor reads now
+		}
+		ps.readers.Done()
+	}
+}
+
+// decodeSocketPlan reads a plan message. A message that is not one
+// yields the error message that answers it.
+func decodeSocketPlan(typ websocket.MessageType, b []byte) (*Plan, *SocketMessage) {
+	if typ != websocket.MessageBinary {
+		return nil, &SocketMessage{Kind: MsgError, Status: http.StatusBadRequest, Error: "worker: plan socket messages are binary msgpack frames (a text message came)"}
+	}
+	var m SocketMessage
+	if err := DecodeFrame(b, &m); err != nil {
+		return nil, &SocketMessage{Kind: MsgError, Status: http.StatusBadRequest, Error: err.Error()}
+	}
+	if m.Kind != MsgPlan || m.Plan == nil {
+		return nil, &SocketMessage{Kind: MsgError, ID: m.ID, Status: http.StatusBadRequest, Error: fmt.Sprintf("worker: plan socket: got a %q message, want %q with a plan", m.Kind, MsgPlan)}
+	}
+	return m.Plan, nil
+}
+
+// begin marks the socket busy with p, or says why p is refused.
+func (ps *planSocket) begin(p *Plan) *SocketMessage {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	switch {
+	case ps.closing:
+		return refusal(p.ID, ErrClosed)
+	case ps.busy:
+		return &SocketMessage{Kind: MsgError, ID: p.ID, Status: http.StatusConflict, Error: fmt.Sprintf("worker: plan %q came on a plan socket whose plan still runs (one plan at a time per connection: wait for the result, or open another connection)", p.ID)}
+	}
+	ps.busy = true
+	return nil
+}
+
+// run runs p as POST /plans?wait=1 does, and answers with its result.
+func (ps *planSocket) run(p *Plan) {
+	var m *SocketMessage
+	res, err := ps.s.w.Run(ps.planCtx, p)
+	if err != nil {
+		m = refusal(p.ID, err)
+	} else {
+		m = &SocketMessage{Kind: MsgResult, Result: res}
+	}
+	// Not busy before the answer is written: a client may send its next
+	// plan the moment it reads this one's result.
+	ps.mu.Lock()
+	ps.busy = false
+	closing := ps.closing
+	ps.mu.Unlock()
+	if err := ps.write(m); err != nil || closing {
+		ps.hangup()
+	}
+}
+
+// refusal is the error message for a plan Worker.Run refused.
+func refusal(id string, err error) *SocketMessage {
+	return &SocketMessage{Kind: MsgError, ID: id, Status: statusOf(err), Error: err.Error()}
+}
+
+// write sends m. The deadline bounds a client that stops reading (a large
+// result would block the write, and with it the plan's goroutine).
+func (ps *planSocket) write(m *SocketMessage) error {
+	b, err := EncodeFrame(m)
+	if err != nil {
+		ps.s.log.Error("encode plan socket message", "err", err)
+		b, err = EncodeFrame(&SocketMessage{Kind: MsgError, ID: m.ID, Status: http.StatusInternalServerError, Error: err.Error()})
+		if err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ps.readCtx, time.Minute)
+	defer cancel()
+	return ps.c.Write(ctx, websocket.MessageBinary, b)
+}
+
+// shutdown refuses further plans; an idle socket hangs up now, a busy
+// one after its plan's result.
+func (ps *planSocket) shutdown() {
+	ps.mu.Lock()
+	ps.closing = true
+	busy := ps.busy
+	ps.mu.Unlock()
+	if !busy {
+		ps.hangup()
+	}
+}
+
+// waitSockets waits for the plan sockets to end until ctx ends, then
+// cancels the plans still running on them and waits for those.
+func (s *Server) waitSockets(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		s.socketsWG.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	for ps := range s.sockets {
+		ps.stopPlan(ErrClosed)
+	}
+	s.mu.Unlock()
+	<-done
+}
+
+// openSockets returns how many plan sockets are open.
+func (s *Server) openSockets() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sockets)
+}
