@@ -292,11 +292,8 @@ func (s *Store) gcTemp(cutoff time.Time, dryRun bool, rep *GCReport) error {
 	if err := eachFile(tfd, s.tmp, old(tfd)); err != nil {
 		return err
 	}
-	names, err := readNames(tfd, s.tmp)
+	names, err := readNamesLive(tfd, s.tmp)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESTALE) {
-			return nil
-		}
 		return err
 	}
 	for _, n := range names {
@@ -325,12 +322,19 @@ func (s *Store) gcTemp(cutoff time.Time, dryRun bool, rep *GCReport) error {
 	return nil
 }
 
-func eachFile(fd int, dir string, fn func(name string, st *unix.Stat_t)) error {
+// readNamesLive is readNames of a folder that may have been removed
+// meanwhile: then it has no names.
+func readNamesLive(fd int, dir string) ([]string, error) {
 	names, err := readNames(fd, dir)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESTALE) {
+		return nil, nil
+	}
+	return names, err
+}
+
+func eachFile(fd int, dir string, fn func(name string, st *unix.Stat_t)) error {
+	names, err := readNamesLive(fd, dir)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESTALE) {
-			return nil
-		}
 		return err
 	}
 	for _, n := range names {

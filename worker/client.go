@@ -289,14 +289,7 @@ type Stream struct {
 
 // Stream begins p as a stream.
 func (c *Client) Stream(ctx context.Context, p *Plan) (*Stream, error) {
-	u := *c.base
-	u.Scheme = map[string]string{"http": "ws", "https": "wss"}[u.Scheme]
-	u.Path += "/plans/stream"
-	h := http.Header{}
-	if c.token != "" {
-		h.Set("Authorization", "Bearer "+c.token)
-	}
-	conn, resp, err := websocket.Dial(ctx, u.String(), &websocket.DialOptions{HTTPHeader: h, HTTPClient: c.http})
+	conn, resp, err := c.dialWS(ctx, "/plans/stream")
 	if err != nil {
 		if resp != nil && resp.StatusCode >= 300 {
 			return nil, &RemoteError{Status: resp.StatusCode, Message: "worker: stream refused: " + err.Error()}
@@ -352,4 +345,16 @@ func (s *Stream) send(ctx context.Context, m *StreamMessage) error {
 		return fmt.Errorf("worker: stream: %w", err)
 	}
 	return nil
+}
+
+// dialWS opens a WebSocket to the worker's path, with the token.
+func (c *Client) dialWS(ctx context.Context, path string) (*websocket.Conn, *http.Response, error) {
+	u := *c.base
+	u.Scheme = map[string]string{"http": "ws", "https": "wss"}[u.Scheme]
+	u.Path += path
+	h := http.Header{}
+	if c.token != "" {
+		h.Set("Authorization", "Bearer "+c.token)
+	}
+	return websocket.Dial(ctx, u.String(), &websocket.DialOptions{HTTPHeader: h, HTTPClient: c.http})
 }

@@ -156,14 +156,7 @@ func (c *Client) CloseIdle() {
 // dialSocket opens a plan socket. A worker that refuses the handshake as
 // one without the route does (404, 405) yields errNoSocket, said once.
 func (c *Client) dialSocket(ctx context.Context) (*websocket.Conn, error) {
-	u := *c.base
-	u.Scheme = map[string]string{"http": "ws", "https": "wss"}[u.Scheme]
-	u.Path += "/plans"
-	h := http.Header{}
-	if c.token != "" {
-		h.Set("Authorization", "Bearer "+c.token)
-	}
-	conn, resp, err := websocket.Dial(ctx, u.String(), &websocket.DialOptions{HTTPHeader: h, HTTPClient: c.http})
+	conn, resp, err := c.dialWS(ctx, "/plans")
 	if err == nil {
 		// Results as large as POST /plans?wait=1 answers (coder/websocket's
 		// default limit is 32 KiB).

@@ -225,7 +225,12 @@ func TestTimeoutAndSignals(t *testing.T) {
 		mark := filepath.Join(t.TempDir(), "got")
 		body := "def h(s, f):\n  open(" + pyStr(mark) + ", 'w').write(str(s)); sys.exit(0)\nsignal.signal(signal.SIGUSR1, h)\nreport(0, 1.0)\ntime.sleep(3600)\n"
 		stop := make(chan Stop, 1)
-		r := run(t, Options{Argv: py(t, body), OnReport: func(int64, float64) bool {
+		// A grace the handler cannot outlast: with run's 300 ms, a CI run
+		// under load (go test -race, two packages at once) sent SIGTERM
+		// before the objective's handler had written its mark, and the
+		// test failed with "objective saw signal """. The objective exits
+		// in its handler, so no grace is waited for when all is well.
+		r := run(t, Options{Argv: py(t, body), Grace: 10 * time.Second, OnReport: func(int64, float64) bool {
 			stop <- Stop{Kind: StopSignal, Signal: syscall.SIGUSR1}
 			return false
 		}}, stop)
