@@ -78,8 +78,9 @@ type beneath struct {
 	tmpMu sync.Mutex
 	tmpFD int // tmp/, opened on first use; -1: not yet
 
-	clockMu sync.Mutex
-	clockFD int // this Store's clock file in tmp/ (Now), made on first use; -1: not yet
+	clockMu   sync.Mutex
+	clockFD   int    // this Store's clock file in tmp/ (Now), made on first use; -1: not yet
+	clockName string // its name in the temp folder
 
 	dirs dirCache // name folders that writes used last
 

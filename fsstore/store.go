@@ -1166,8 +1166,58 @@ func (s *Store) clock(stale int) (int, error) {
 	if err != nil {
 		return -1, notWritableTemp(filepath.Join(s.tmpPath(), name), err)
 	}
-	s.fds.clockFD = fd
+	s.fds.clockFD, s.fds.clockName = fd, name
 	return fd, nil
+}
+
+// Close removes what this Store made for itself under tmp/: its clock
+// file (Now) and its temp folder, if that is empty, so that a process
+// that ends cleanly leaves nothing there. Call it once the Store's work
+// is done (defer it after Open). What a killed process leaves, GC removes
+// after its grace.
+//
+// It was missing: every command that wrote or asked the server's time,
+// a read-only `soma status` or `soma best` included, left a folder with
+// its clock file in tmp/ until GC's grace had passed, and `soma status
+// --watch` added an inotify watch for each of them.
+//
+// The descriptors stay open until the process ends: a goroutine that
+// still runs an operation (a heartbeat being stopped) must not find a
+// closed number reused for another file. Such a straggler, or any call
+// after Close, makes what it needs again (GC removes it later). Close is
+// not an operation on the study: its errors say only that something was
+// left for GC.
+func (s *Store) Close() error {
+	var errs []error
+	// clock's order: clockMu, then tmpMu (in tmpDir).
+	s.fds.clockMu.Lock()
+	defer s.fds.clockMu.Unlock()
+	s.fds.tmpMu.Lock()
+	defer s.fds.tmpMu.Unlock()
+	if s.fds.clockFD >= 0 && s.fds.tmpFD >= 0 {
+		if err := unix.Unlinkat(s.fds.tmpFD, s.fds.clockName, 0); err != nil && !goneDir(err) {
+			errs = append(errs, fmt.Errorf("remove clock file %s: %w", filepath.Join(s.tmpPath(), s.fds.clockName), err))
+		}
+	}
+	s.fds.clockFD, s.fds.clockName = -1, ""
+	if s.fds.tmpFD >= 0 {
+		// rmdir removes only an empty folder: a temp file of a write
+		// still running keeps it (ENOTEMPTY: left for GC, as gcTemp
+		// leaves it).
+		tfd, err := s.openDir("tmp", false)
+		if err == nil {
+			err = unix.Unlinkat(tfd, s.tmpSub, unix.AT_REMOVEDIR)
+			unix.Close(tfd)
+		}
+		if err != nil && !goneDir(err) && !errors.Is(err, unix.ENOTEMPTY) {
+			errs = append(errs, fmt.Errorf("remove temp folder %s: %w", s.tmpPath(), err))
+		}
+		s.fds.tmpFD = -1
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("fsstore: close %s (left for soma gc): %w", s.root, err)
+	}
+	return nil
 }
 
 // syncDir fsyncs a directory so a link, rename or unlink in it is durable.

@@ -154,3 +154,91 @@ func TestGCTempFolders(t *testing.T) {
 		t.Fatalf("Claim after its temp folder was removed = %v, %v", won, err)
 	}
 }
+
+// TestCloseLeavesNoTemp: a Store that wrote and read the server's time
+// leaves nothing under tmp/ once closed. Bug: Store had no Close, and
+// every command that wrote or asked the time (a read-only `soma status`
+// too) left its folder and clock file in tmp/ until GC's grace passed.
+func TestCloseLeavesNoTemp(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	tmp := filepath.Join(s.Root(), "tmp")
+	d, err := s.Put(ctx, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, "a/0", d, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Now(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := entries(t, tmp); len(got) != 1 {
+		t.Fatalf("tmp/ before Close holds %v, want this Store's folder", got)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := entries(t, tmp); len(got) != 0 {
+		t.Errorf("tmp/ after Close holds %v, want nothing", got)
+	}
+
+	t.Run("used after Close", func(t *testing.T) {
+		// A straggler (or a caller after Close) still works: it makes
+		// its folder and clock again, and a second Close removes them.
+		if _, err := s.Now(ctx); err != nil {
+			t.Fatalf("Now after Close: %v", err)
+		}
+		if _, err := s.Claim(ctx, "a/1", d, nil); err != nil {
+			t.Fatalf("Claim after Close: %v", err)
+		}
+		if b, err := s.Resolve(ctx, "a/1"); err != nil || b.Digest != d {
+			t.Fatalf("Resolve(a/1) = %v, %v", b, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := entries(t, tmp); len(got) != 0 {
+			t.Errorf("tmp/ after the second Close holds %v, want nothing", got)
+		}
+	})
+
+	t.Run("a file still in the folder", func(t *testing.T) {
+		// A temp file of a write still running keeps the folder: rmdir
+		// removes only an empty one, and Close says nothing (GC's job).
+		if _, err := s.Now(ctx); err != nil {
+			t.Fatal(err)
+		}
+		own := filepath.Join(tmp, s.tmpSub)
+		if err := os.WriteFile(filepath.Join(own, "busy"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close with a file in its folder: %v", err)
+		}
+		if got := entries(t, own); len(got) != 1 || got[0] != "busy" {
+			t.Errorf("own temp folder after Close holds %v, want only busy (the clock file removed)", got)
+		}
+	})
+
+	t.Run("no temp folder made", func(t *testing.T) {
+		s := newStore(t)
+		if err := s.Close(); err != nil {
+			t.Errorf("Close of a Store that wrote nothing: %v", err)
+		}
+	})
+}
+
+// entries lists dir's names (none for a missing dir).
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
+}

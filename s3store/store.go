@@ -198,6 +198,11 @@ func randHex(n int) string {
 // Root returns s3://bucket/prefix.
 func (s *Store) Root() string { return s.root }
 
+// Close is fsstore's Close for a bucket: a bucket store makes no temp
+// files or clock of its own (its temp names are its writes' own, removed
+// by each write), so there is nothing to remove.
+func (s *Store) Close() error { return nil }
+
 // Endpoint returns where the store's requests go: the configured
 // endpoint's URL, or "AWS S3 (region)".
 func (s *Store) Endpoint() string { return s.endpoint }

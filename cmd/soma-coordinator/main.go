@@ -114,6 +114,7 @@ func serve(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	defer store.Close()
 	token := ""
 	if o.tokenFile != "" {
 		if token, err = worker.ReadTokenFile(o.tokenFile); err != nil {

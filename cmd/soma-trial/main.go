@@ -195,6 +195,8 @@ func action(c *cli.Context, sig <-chan os.Signal) error {
 	if err != nil {
 		return err
 	}
+	// Last to run: after every trial, heartbeat and pack of this run.
+	defer store.Close()
 	// Logs and working folders are files the objective writes: in the
 	// root when it is a folder, else in --local.
 	local := store.Root()

@@ -163,6 +163,15 @@ func TestFourProcessesRunTheBudgetOnce(t *testing.T) {
 	}
 	runAtOnce(t, cmds)
 	checkExactlyOnce(t, e.done(t), n)
+	// Each process removed its temp folder and clock file as it ended.
+	// Bug: each left them in tmp/ until soma gc's grace passed.
+	if es, err := os.ReadDir(filepath.Join(e.root, "tmp")); err != nil || len(es) != 0 {
+		var names []string
+		for _, x := range es {
+			names = append(names, x.Name())
+		}
+		t.Errorf("tmp/ after 4 soma-trial processes ended: %v, %v; want it empty", names, err)
+	}
 	st := e.open(t)
 	snap, err := st.Trials(context.Background())
 	if err != nil {

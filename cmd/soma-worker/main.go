@@ -183,6 +183,7 @@ func serve(c *cli.Context, stderr io.Writer) error {
 		if store, err = fsstore.Open(root, fsstore.Options{Create: true}); err != nil {
 			return err
 		}
+		defer store.Close()
 	}
 	envDir, workDir := dirsOf(c)
 	envs, err := worker.NewEnvPool(worker.EnvOptions{Dir: envDir, Python: python, MaxBytes: c.Int64("max-env-bytes"), Logger: logger})

@@ -49,10 +49,11 @@ func newBestCommand() *cli.Command {
 			default:
 				return usagef("--format %q: want text, json or args", format)
 			}
-			_, st, err := openStudy(c, root, name, 0)
+			s, st, err := openStudy(c, root, name, 0)
 			if err != nil {
 				return err
 			}
+			defer s.Close()
 			if st.Spec().Objectives() > 1 {
 				f, err := status.FindFront(c.Context, st)
 				if err != nil {

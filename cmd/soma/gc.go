@@ -63,6 +63,7 @@ func newGCCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			defer s.Close()
 			dry := c.Bool("dry-run")
 			res, err := admin.GC(c.Context, s.Backend(), admin.GCOptions{
 				DryRun:    dry,

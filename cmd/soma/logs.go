@@ -88,6 +88,7 @@ func newLogsCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			defer s.Close()
 			files := s.Root()
 			if local != "" {
 				files = local

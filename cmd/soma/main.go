@@ -255,6 +255,7 @@ func rootAndStudy(c *cli.Context, extra int) (root, name string, err error) {
 }
 
 // openStudy opens the store at root for reading, and study name in it.
+// The caller closes the store.
 func openStudy(c *cli.Context, root, name string, lease time.Duration) (*status.Store, *study.Study, error) {
 	s, err := status.Open(root)
 	if err != nil {
@@ -262,6 +263,7 @@ func openStudy(c *cli.Context, root, name string, lease time.Duration) (*status.
 	}
 	st, err := status.OpenStudy(c.Context, s, name, lease)
 	if err != nil {
+		s.Close()
 		return nil, nil, err
 	}
 	return s, st, nil

@@ -218,6 +218,19 @@ func TestCommandsOverRealStudy(t *testing.T) {
 	if err != nil || !bytes.Contains(b, []byte(`id="`+report.CheckID+`"`)) || !strings.Contains(errOut, "plots: history, curves, params, parallel") {
 		t.Errorf("report: %v, %d bytes, %q", err, len(b), errOut)
 	}
+
+	// Every command above closed its store: none left its temp folder
+	// (a clock file for the server's time) in tmp/. Bug: each one did,
+	// until soma gc's grace passed, and status --watch watched them all.
+	es, err := os.ReadDir(filepath.Join(root, "tmp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range es {
+		if strings.HasPrefix(e.Name(), status.OwnTempPrefix()) {
+			t.Errorf("tmp/%s left by a command of this process", e.Name())
+		}
+	}
 }
 
 func TestWatchEndsOnCancel(t *testing.T) {

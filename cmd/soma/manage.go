@@ -67,6 +67,7 @@ func extendAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	defer s.Close()
 	ext, err := study.Extend(c.Context, s, name, c.Int("budget"), study.Me(""))
 	if err != nil {
 		return err
@@ -171,6 +172,7 @@ func enqueueAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	defer s.Close()
 	if file != "" {
 		st, err := study.Open(c.Context, s, name, nil, study.Options{})
 		if err != nil {
@@ -270,6 +272,7 @@ func forkAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	defer s.Close()
 	res, err := study.Fork(c.Context, s, name, to, spec)
 	if err != nil {
 		return err
@@ -346,6 +349,7 @@ func rmAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	defer s.Close()
 	rep, err := admin.Remove(c.Context, s, name, admin.RemoveOptions{Force: c.Bool("force"), DryRun: c.Bool("dry-run"), Local: local})
 	w := c.App.Writer
 	if rep.Root != "" && len(rep.Parts) > 0 {

@@ -54,6 +54,7 @@ func newReportCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			defer s.Close()
 			o := report.Options{Title: c.String("title"), Source: s.Root()}
 			if out == "-" {
 				_, err := report.Write(c.Context, c.App.Writer, st, o)

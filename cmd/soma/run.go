@@ -183,6 +183,7 @@ func runPlan(c *cli.Context) error {
 		if store, err = fsstore.Open(root, fsstore.Options{}); err != nil {
 			return err
 		}
+		defer store.Close()
 	}
 	segs, err := worker.CutPlan(p)
 	if err != nil {

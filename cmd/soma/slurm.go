@@ -103,6 +103,7 @@ func newSlurmCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
+					defer store.Close()
 					res, err := submit.Submit(c.Context, store, submit.Options{
 						Study:     name,
 						Spec:      spec,
@@ -154,6 +155,7 @@ func newSlurmCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
+					defer st.Close()
 					fs, err := rootstore.NeedFolder(st.Backend(), "soma slurm jobs")
 					if err != nil {
 						return err

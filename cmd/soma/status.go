@@ -102,6 +102,7 @@ func statusAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	defer s.Close()
 	v := status.NewViewer(s, status.StatusOptions{
 		Study:   c.String("study"),
 		Top:     c.Int("top"),
@@ -136,6 +137,7 @@ func statusAction(c *cli.Context) error {
 		Mode:         mode,
 		Interval:     c.Duration("interval"),
 		IgnorePrefix: status.OwnTempPrefix(),
+		Warn:         func(s string) { fmt.Fprintf(c.App.ErrWriter, "soma: %s\n", s) },
 	})
 	if err != nil {
 		return err

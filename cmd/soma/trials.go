@@ -50,10 +50,11 @@ func newTrialsCommand() *cli.Command {
 			default:
 				return usagef("--format %q: want csv, json or jsonl", f)
 			}
-			_, st, err := openStudy(c, root, name, c.Duration("lease"))
+			s, st, err := openStudy(c, root, name, c.Duration("lease"))
 			if err != nil {
 				return err
 			}
+			defer s.Close()
 			problems, err := status.WriteTrials(c.Context, st, c.App.Writer, status.TrialsOptions{Format: c.String("format"), Curves: c.Bool("curves")})
 			if err != nil {
 				return err

@@ -96,6 +96,7 @@ func workersAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	defer s.Close()
 	if _, err := rootstore.NeedFolder(s.Backend(), "soma workers"); err != nil {
 		return err
 	}

@@ -39,6 +39,7 @@ func Init(ctx context.Context, root, name string, spec *study.Spec) (InitResult,
 	if err != nil {
 		return InitResult{}, err
 	}
+	defer s.Close()
 	_, err = study.Open(ctx, s, name, nil, study.Options{})
 	existed := err == nil
 	if err != nil && !errors.Is(err, study.ErrNoStudy) {

@@ -29,6 +29,9 @@ type Store interface {
 	RemoveTree(ctx context.Context, prefix string) error
 	GC(ctx context.Context, o fsstore.GCOptions) (fsstore.GCReport, error)
 	OpenBlob(ctx context.Context, d fsstore.Digest) (io.ReadCloser, error)
+	// Close removes what the store made for this process alone (a
+	// folder's temp folder and clock file): defer it after Open.
+	Close() error
 }
 
 var (

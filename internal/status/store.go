@@ -123,6 +123,10 @@ func (s *Store) FS() *fsstore.Store {
 	return f
 }
 
+// Close removes what the store made for this process (fsstore.Close):
+// defer it after Open.
+func (s *Store) Close() error { return s.fs.Close() }
+
 // Backend returns the underlying store, a folder or a bucket.
 func (s *Store) Backend() rootstore.Store { return s.fs }
 

@@ -2,11 +2,15 @@ package status
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -37,6 +41,10 @@ type WatchOptions struct {
 	// IgnorePrefix: changes to temp files whose name starts with it are
 	// not changes (a viewer's own server-time probes). See OwnTempPrefix.
 	IgnorePrefix string
+	// Warn is told once, in one line, when a process's temp folder cannot
+	// be watched (full inotify tables): changes there then show only at
+	// the full refresh. Nil: Method says it.
+	Warn func(string)
 }
 
 // OwnTempPrefix returns the prefix of this process's temp folder in
@@ -66,6 +74,13 @@ type Watcher struct {
 	fs       FS
 	notify   *fsnotify.Watcher
 	fallback string // why inotify was not used when it was asked for
+	// missed counts the temp folders that could not be watched, and
+	// missedWhy says why the first could not.
+	mu        sync.Mutex
+	missed    int
+	missedWhy string
+	// add adds an inotify watch (w.notify.Add; tests inject failures).
+	add func(string) error
 }
 
 // NewWatcher decides how to watch root (see Method) and sets it up.
@@ -115,6 +130,7 @@ func NewWatcher(root string, o WatchOptions) (*Watcher, error) {
 		return w, nil
 	}
 	w.notify = nw
+	w.add = nw.Add
 	// The processes' folders already there (fsstore's tmpDir). One that
 	// cannot be watched (removed meanwhile by soma gc, or full inotify
 	// tables) is left to the full refresh.
@@ -129,11 +145,41 @@ func NewWatcher(root string, o WatchOptions) (*Watcher, error) {
 // watchTemp adds a watch on path, a process's temp folder under tmp/, if
 // it is a folder and not this process's own (whose files are its own
 // probes: IgnorePrefix).
+//
+// One that went meanwhile (its process ended, or soma gc removed it) needs
+// no watch. Any other failure (ENOSPC: the user's inotify watches are
+// used up, fs.inotify.max_user_watches) is said once, through Warn and
+// Method: it was ignored, and changes in that folder showed only at the
+// 30 s refresh with nothing said.
 func (w *Watcher) watchTemp(path string, dir bool) {
 	if !dir || (w.o.IgnorePrefix != "" && strings.HasPrefix(filepath.Base(path), w.o.IgnorePrefix)) {
 		return
 	}
-	_ = w.notify.Add(path)
+	err := w.add(path)
+	if err == nil || errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	why := err.Error()
+	if errors.Is(err, syscall.ENOSPC) {
+		why += " (inotify watches used up: raise fs.inotify.max_user_watches, or use --poll)"
+	}
+	w.mu.Lock()
+	w.missed++
+	first := w.missed == 1
+	if first {
+		w.missedWhy = why
+	}
+	w.mu.Unlock()
+	if first && w.o.Warn != nil {
+		w.o.Warn(fmt.Sprintf("cannot watch %s: %s; changes there show at the full refresh every %s", path, why, w.safety()))
+	}
+}
+
+// missedCount returns how many temp folders could not be watched.
+func (w *Watcher) missedCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.missed
 }
 
 // Notify reports whether the watcher uses inotify (false: polling).
@@ -141,6 +187,12 @@ func (w *Watcher) Notify() bool { return w.notify != nil }
 
 // Method says, in one line, how changes are detected and why.
 func (w *Watcher) Method() string {
+	w.mu.Lock()
+	missed, why := w.missed, w.missedWhy
+	w.mu.Unlock()
+	if w.notify != nil && missed > 0 {
+		return fmt.Sprintf("watching with inotify: %s is on %s, a local filesystem (full refresh every %s); %d process folders not watched: %s", w.root, w.fs, w.safety(), missed, why)
+	}
 	if w.notify != nil {
 		return fmt.Sprintf("watching with inotify: %s is on %s, a local filesystem (full refresh every %s)", w.root, w.fs, w.safety())
 	}

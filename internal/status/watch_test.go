@@ -3,9 +3,12 @@ package status
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -185,5 +188,72 @@ func TestWatchIgnoresOwnProbes(t *testing.T) {
 func TestWatchMode(t *testing.T) {
 	if _, err := NewWatcher(t.TempDir(), WatchOptions{Mode: "sometimes"}); err == nil {
 		t.Error("NewWatcher accepted mode \"sometimes\"")
+	}
+}
+
+// TestWatchSaysWhatItCannotWatch: a process's temp folder that cannot be
+// watched (the user's inotify watches used up: ENOSPC) is said once,
+// through Warn and in Method. Bug: the failure was ignored, and changes
+// there showed only at the 30 s refresh with nothing said. The failure is
+// injected around the real inotify watcher; a folder that went meanwhile
+// is not a failure.
+func TestWatchSaysWhatItCannotWatch(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root")
+	if _, err := fsstore.Open(root, fsstore.Options{Create: true}); err != nil {
+		t.Fatal(err)
+	}
+	var warnings []string
+	w, err := NewWatcher(root, WatchOptions{Mode: WatchNotify, Interval: time.Hour, Settle: time.Millisecond, Warn: func(s string) { warnings = append(warnings, s) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if !w.Notify() {
+		t.Skip(w.Method())
+	}
+	real := w.add
+	w.add = func(p string) error {
+		if strings.HasSuffix(p, "gone") {
+			return real(p) // ENOENT: the folder went
+		}
+		return fmt.Errorf("add %s: %w", p, syscall.ENOSPC)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	refreshed := make(chan struct{}, 16)
+	go func() {
+		errc <- w.Run(ctx, func(context.Context) error {
+			refreshed <- struct{}{}
+			return nil
+		})
+	}()
+	<-refreshed
+	for _, name := range []string{"h.1.aa", "h.2.bb", "gone"} {
+		if err := os.Mkdir(filepath.Join(root, "tmp", name), 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(filepath.Join(root, "tmp", "gone")); err != nil {
+		t.Fatal(err)
+	}
+	// The folders' creates are changes: wait for the refreshes they
+	// cause, which come after the watch attempts.
+	deadline := time.After(20 * time.Second)
+	for w.missedCount() < 2 {
+		select {
+		case <-refreshed:
+		case <-deadline:
+			t.Fatalf("after 20 s, %d folders counted as not watched, want 2", w.missedCount())
+		}
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "max_user_watches") || !strings.Contains(warnings[0], "h.1.aa") {
+		t.Errorf("warnings %q, want one that names the first folder and the sysctl", warnings)
+	}
+	if m := w.Method(); !strings.Contains(m, "2 process folders not watched") {
+		t.Errorf("Method() = %q, want the 2 folders not watched", m)
 	}
 }

@@ -106,6 +106,9 @@ func Build(t testing.TB, dir string) *Fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As a command does: the fixture's root is the tests' own, and they
+	// check what commands leave in tmp/.
+	defer store.Close()
 	helper := filepath.Join(dir, "helper")
 	if err := os.MkdirAll(helper, 0o777); err != nil {
 		t.Fatal(err)
