@@ -935,12 +935,36 @@ func (s *Store) readRecordOnce(name string) (Bound, error) {
 		return Bound{}, fmt.Errorf("resolve %s: open %s: %w", name, path, err)
 	}
 	defer unix.Close(fd)
+	b, err := readOpenRecord(fd, "resolve", name, path)
+	if err != nil {
+		return Bound{}, err
+	}
+	return b, nil
+}
+
+// readOpenRecord reads and decodes the record open at fd, which is name's
+// file at path: one fstat, then the reads readSized makes for the size
+// that fstat gave (none past it), and nothing else (the cost tests and
+// slowfs's TestOpsPinned count these calls). It is the part that
+// readRecordOnce and touchResolveOnce share after their open; op
+// ("resolve", "touch") begins its errors with op and name:
+//   - ErrNotFound, for a folder at the name (a prefix of other names);
+//   - errReplaced (wrapping the cause) if the fstat or a read says the
+//     file is gone: the name was rebound since the open, and the caller
+//     may open it again;
+//   - any other error of the fstat or a read, wrapped.
+//
+// Two come without the op and name: a *CorruptError wrapping ErrForeign
+// for a file that is neither regular nor a folder (nothing is read); and
+// a *CorruptError for bytes that do not decode, returned with the
+// Bound's Name and Time set (the time was read all the same).
+func readOpenRecord(fd int, op, name, path string) (Bound, error) {
 	var st unix.Stat_t
 	if err := fstatRaw(fd, &st); err != nil {
-		return Bound{}, fmt.Errorf("resolve %s: stat %s: %w", name, path, replaced(err))
+		return Bound{}, fmt.Errorf("%s %s: stat %s: %w", op, name, path, replaced(err))
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		return Bound{}, fmt.Errorf("resolve %s: %w (it is a prefix of other names)", name, ErrNotFound)
+		return Bound{}, fmt.Errorf("%s %s: %w (it is a prefix of other names)", op, name, ErrNotFound)
 	}
 	if foreignMode(st.Mode) {
 		return Bound{}, &CorruptError{Name: name, Path: path, Err: ErrForeign}
@@ -950,15 +974,16 @@ func (s *Store) readRecordOnce(name string) (Bound, error) {
 	if st.Size >= int64(len(buf)) {
 		b = make([]byte, 0, st.Size+1)
 	}
-	b, err = readSized(fd, b, st.Size)
+	b, err := readSized(fd, b, st.Size)
 	if err != nil {
-		return Bound{}, fmt.Errorf("resolve %s: read %s: %w", name, path, replaced(err))
+		return Bound{}, fmt.Errorf("%s %s: read %s: %w", op, name, path, replaced(err))
 	}
+	t := mtime(&st)
 	d, meta, err := decodeRecord(b)
 	if err != nil {
-		return Bound{}, &CorruptError{Name: name, Path: path, Err: err}
+		return Bound{Name: name, Time: t}, &CorruptError{Name: name, Path: path, Err: err}
 	}
-	return Bound{Name: name, Digest: d, Meta: meta, Time: mtime(&st)}, nil
+	return Bound{Name: name, Digest: d, Meta: meta, Time: t}, nil
 }
 
 // Unbind removes name's binding. It returns ErrNotFound if name is not

@@ -53,29 +53,10 @@ func (s *Store) touchResolveOnce(name string) (Bound, error) {
 	if err := futimesNow(fd); err != nil {
 		return Bound{}, fmt.Errorf("touch %s: %w", name, replaced(err))
 	}
-	var st unix.Stat_t
-	if err := fstatRaw(fd, &st); err != nil {
-		return Bound{}, fmt.Errorf("touch %s: stat %s: %w", name, path, replaced(err))
+	b, err := readOpenRecord(fd, "touch", name, path)
+	if errors.Is(err, ErrForeign) {
+		// Named as the open's foreign error above is.
+		return Bound{}, fmt.Errorf("touch %s: %w", name, err)
 	}
-	switch {
-	case st.Mode&unix.S_IFMT == unix.S_IFDIR:
-		return Bound{}, fmt.Errorf("touch %s: %w (it is a prefix of other names)", name, ErrNotFound)
-	case foreignMode(st.Mode):
-		return Bound{}, fmt.Errorf("touch %s: %w", name, &CorruptError{Name: name, Path: path, Err: ErrForeign})
-	}
-	var buf [1024]byte
-	b := buf[:0]
-	if st.Size >= int64(len(buf)) {
-		b = make([]byte, 0, st.Size+1)
-	}
-	b, err = readSized(fd, b, st.Size)
-	if err != nil {
-		return Bound{}, fmt.Errorf("touch %s: read %s: %w", name, path, replaced(err))
-	}
-	t := mtime(&st)
-	d, meta, err := decodeRecord(b)
-	if err != nil {
-		return Bound{Name: name, Time: t}, &CorruptError{Name: name, Path: path, Err: err}
-	}
-	return Bound{Name: name, Digest: d, Meta: meta, Time: t}, nil
+	return b, err
 }
