@@ -33,6 +33,11 @@ type Server struct {
 	// get at shutdown.
 	sockets   map[*planSocket]struct{}
 	socketsWG sync.WaitGroup
+
+	// StopGrace is how long Serve lets the plans still running at
+	// shutdown end on their own before it cancels them (0:
+	// DefaultStopGrace). Set it before Serve.
+	StopGrace time.Duration
 }
 
 // NewServer returns a server for w. An empty token means no auth (loopback
@@ -67,8 +72,11 @@ func (s *Server) Handler() http.Handler {
 
 // Serve serves on ln until ctx ends, then shuts down: it stops accepting,
 // ends the streams, closes the idle plan sockets, and waits for every
-// handler; plans still running on HTTP requests and plan sockets get 10 s
-// to end (then those on sockets are cancelled).
+// handler; plans still running on HTTP requests and plan sockets get
+// StopGrace to end (a constant 10 s before, which no test could wait
+// for). Then those on plan sockets are cancelled, and Serve returns once
+// they have ended; a POST plan runs on until Worker.Close cancels it (it
+// is not under its request's context: see submit).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second}
 	errc := make(chan error, 1)
@@ -87,7 +95,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ps.shutdown()
 	}
 	s.mu.Unlock()
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	grace := s.StopGrace
+	if grace <= 0 {
+		grace = DefaultStopGrace
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	err := hs.Shutdown(sctx)
 	s.waitSockets(sctx)

@@ -510,6 +510,11 @@ func TestSocketOlderWorker(t *testing.T) {
 // serveOn serves tw's worker on a real listener at addr ("" for a new
 // port) until the returned stop is called; stop returns Serve's error.
 func serveOn(t *testing.T, tw *testWorker, addr string) (string, func() error) {
+	return serveGrace(t, tw, addr, 0)
+}
+
+// serveGrace is serveOn with the server's StopGrace (0: the default).
+func serveGrace(t *testing.T, tw *testWorker, addr string, grace time.Duration) (string, func() error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -517,7 +522,9 @@ func serveOn(t *testing.T, tw *testWorker, addr string) (string, func() error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- NewServer(tw.w, testToken).Serve(ctx, ln) }()
+	srv := NewServer(tw.w, testToken)
+	srv.StopGrace = grace
+	go func() { served <- srv.Serve(ctx, ln) }()
 	stop := sync.OnceValue(func() error {
 		cancel()
 		select {
@@ -571,6 +578,44 @@ func TestSocketShutdown(t *testing.T) {
 	defer cancel()
 	if _, err := idle.Run(ctx, behaviourPlan(t, "late", "NoOp")); err == nil || ctx.Err() != nil {
 		t.Fatalf("Run after the worker shut down: %v (context: %v), want an error at once", err, ctx.Err())
+	}
+}
+
+// TestSocketShutdownGrace: a plan still running on a plan socket when the
+// stop grace ends is cancelled; its client gets that answer, and Serve
+// returns. (The grace was a constant 10 s: this path had no test.)
+func TestSocketShutdownGrace(t *testing.T) {
+	tw := newTestWorker(t, testOptions{})
+	addr, stop := serveGrace(t, tw, "127.0.0.1:0", 200*time.Millisecond)
+	c := newClient(t, "http://"+addr, nil)
+	dir := t.TempDir()
+	type ran struct {
+		res *Result
+		err error
+	}
+	done := make(chan ran, 1)
+	go func() {
+		// Gather waits for 2 marks; only its own comes: it runs until
+		// it is cancelled.
+		p := behaviourPlan(t, "outlasts-grace", "Gather")
+		p.Nodes[0].Config = map[string]any{"dir": dir, "n": 2}
+		res, err := c.Run(context.Background(), p)
+		done <- ran{res, err}
+	}()
+	eventually(t, "the plan did not start", func() bool { n, _ := os.ReadDir(dir); return len(n) == 1 })
+	if err := stop(); err != nil {
+		t.Fatalf("Serve = %v", err)
+	}
+	select {
+	case got := <-done:
+		if got.err != nil || got.res.State != StateCancelled {
+			t.Errorf("the plan that outlasted the grace: %+v, %v; want a cancelled result", got.res, got.err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the plan's client had no answer a minute after Serve returned")
+	}
+	if n := tw.w.Running(); n != 0 {
+		t.Errorf("%d plans still running after Serve returned, want 0", n)
 	}
 }
 

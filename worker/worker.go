@@ -25,6 +25,11 @@ const (
 	// DefaultCancelGrace is how long a cancelled or timed-out plan's
 	// Python gets between SIGINT and SIGKILL.
 	DefaultCancelGrace = 5 * time.Second
+	// DefaultStopGrace is how long the plans still running when a worker
+	// is told to stop (SIGTERM: scancel) get to end before they are
+	// cancelled. With DefaultCancelGrace it stays inside Slurm's default
+	// KillWait (30 s) between SIGTERM and SIGKILL.
+	DefaultStopGrace = 10 * time.Second
 	// DefaultInlineLimit: outputs larger than this come back as blob
 	// references when the worker has a store.
 	DefaultInlineLimit = 1 << 20

@@ -120,6 +120,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			&cli.IntFlag{Name: "max-plans", Usage: "plans run at once (0: one per CPU)"},
 			&cli.DurationFlag{Name: "plan-timeout", Value: worker.DefaultPlanTimeout, Usage: "timeout of a plan that sets none"},
 			&cli.DurationFlag{Name: "cancel-grace", Value: worker.DefaultCancelGrace, Usage: "between SIGINT and SIGKILL for a cancelled plan"},
+			&cli.DurationFlag{Name: "stop-grace", Value: worker.DefaultStopGrace, Usage: "on SIGTERM (scancel), how long running plans get to end before they are cancelled; with --cancel-grace, keep it under Slurm's KillWait (30 s by default)"},
 			&cli.StringFlag{Name: "nvml", Usage: "path of libnvidia-ml.so.1 (default: the loader's search)"},
 			&cli.StringFlag{Name: "advertise", Usage: "with --root: the URL placers send plans to (default http://HOST:PORT: the --listen address, or this host's name when listening on all addresses)"},
 			&cli.StringFlag{Name: "worker-id", Usage: "with --root: the worker's id in ROOT/workers/ (default NODE-PORT)"},
@@ -244,7 +245,9 @@ func serve(c *cli.Context, stderr io.Writer) error {
 	serveCtx, stopServing := context.WithCancel(context.Background())
 	defer stopServing()
 	served := make(chan error, 1)
-	go func() { served <- worker.NewServer(w, token).Serve(serveCtx, ln) }()
+	srv := worker.NewServer(w, token)
+	srv.StopGrace = c.Duration("stop-grace")
+	go func() { served <- srv.Serve(serveCtx, ln) }()
 
 	var reg *worker.Registration
 	runCtx, stopRun := context.WithCancel(context.Background())
