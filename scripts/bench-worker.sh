@@ -66,7 +66,7 @@ function median(list,    a, n, i, j, t) {
 	name = $1; sub(/^BenchmarkRoundTrip\//, "", name); sub(/-[0-9]+$/, "", name)
 	if (!(name in seen)) { seen[name] = 1; order[++rows] = name }
 	for (i = 4; i < NF; i++) {
-		if ($(i+1) == "p50-ms") P50[name] = P50[name] " " $i
+		if ($(i+1) == "p50-ms") { P50[name] = P50[name] " " $i; RUN[name, ++runs[name]] = $i }
 		if ($(i+1) == "p99-ms") P99[name] = P99[name] " " $i
 		if ($(i+1) == "go-cpu-us") GO[name] = GO[name] " " $i
 		if ($(i+1) == "py-cpu-us") PY[name] = PY[name] " " $i
@@ -85,6 +85,18 @@ END {
 		if (k == "http-to-pipe") vs = sprintf("%.1fx pipe + http: the two composed", median(P50[k]) / floor)
 		if (k == "ws-to-pipe") vs = sprintf("%.1fx pipe + http: a WebSocket and the pipe composed", median(P50[k]) / floor)
 		printf "| %s | %.3f | %.3f | %s | %s |\n", k, median(P50[k]), median(P99[k]), cpu, vs
+	}
+	# The same ratio run by run: each round measures the floors and
+	# soma-worker a few seconds apart, so a load that drifts over the
+	# rounds moves both (the medians above pair different rounds).
+	if (runs["soma-worker"] > 0 && runs["soma-worker"] == runs["http-to-pipe"]) {
+		list = ""; under = 0
+		for (i = 1; i <= runs["soma-worker"]; i++) {
+			x = RUN["soma-worker", i] / RUN["http-to-pipe", i]
+			list = list sprintf(" %.2f", x)
+			if (x <= 2) under++
+		}
+		printf "\nsoma-worker / http-to-pipe, round by round:%s (median %.2f; within 2x in %d of %d rounds)\n", list, median(list), under, runs["soma-worker"]
 	}
 }' "$tmp/rt.txt"
 echo
