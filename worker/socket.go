@@ -52,10 +52,9 @@ type planSocket struct {
 // It closes the connection rather than cancel a context its reads and
 // writes run under: coder/websocket registers a context.AfterFunc on
 // every Read and Write with a cancellable context, and each write's
-// timeout took a timer, three per plan (with the watch of read) that
-// woke an idle thread each: about 8% of a warm no-op plan's Go CPU
-// (medians of 8 alternating runs at load ~1: Go CPU 278 -> 236 us a
-// plan, p50 / http-to-pipe 1.78 -> 1.66).
+// timeout took a timer, which woke an idle thread: together about 15% of
+// a warm no-op plan's Go CPU (medians of 8 alternating runs at load ~1:
+// 278 -> 236 us a plan; p50 / http-to-pipe 1.78 -> 1.66).
 func (ps *planSocket) hangup() {
 	ps.mu.Lock()
 	ps.hungUp = true
