@@ -165,6 +165,8 @@ type envHold struct {
 	refs     int         // Envs not yet released
 	touched  time.Time   // when this process last set the marker's mtime
 	idle     *time.Timer // lets the lock go envLinger after refs reached 0
+	armed    bool        // idle will fire (and expire then decides)
+	released time.Time   // when refs last reached 0
 }
 
 // Env is a ready virtual environment, held in use until Release.
@@ -190,9 +192,6 @@ func (e *Env) Release() {
 // the env's use time if it is stale. p.mu is held.
 func (p *EnvPool) handLocked(h *envHold) *Env {
 	h.refs++
-	if h.idle != nil {
-		h.idle.Stop()
-	}
 	p.touchLocked(h)
 	return &Env{Key: h.key, Dir: h.dir, Python: filepath.Join(h.dir, "bin", "python"), hold: h, pool: p}
 }
@@ -220,26 +219,43 @@ func (p *EnvPool) release(h *envHold) {
 	if h.refs > 0 {
 		return
 	}
-	if h.idle == nil {
+	// The timer is armed once and re-armed by expire for what is left of
+	// the linger: it was stopped at every take and reset at every
+	// release, and a reset timer wakes an idle thread (~6 us of a warm
+	// no-op plan's Go CPU, pprof).
+	h.released = time.Now()
+	switch {
+	case h.idle == nil:
 		h.idle = time.AfterFunc(p.linger, func() { p.expire(h) })
-	} else {
+	case !h.armed:
 		h.idle.Reset(p.linger)
 	}
+	h.armed = true
 }
 
-// expire lets h's lock go if nobody took h again meanwhile.
+// expire lets h's lock go if nobody took h again meanwhile and it has
+// been unused for the linger; if it was used since, it waits for the
+// rest.
 func (p *EnvPool) expire(h *envHold) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if h.refs == 0 && p.holds[h.dir] == h {
-		p.dropLocked(h)
+	h.armed = false
+	if h.refs > 0 || p.holds[h.dir] != h {
+		return // in use: its release arms the timer again
 	}
+	if rest := p.linger - time.Since(h.released); rest > 0 {
+		h.idle.Reset(rest)
+		h.armed = true
+		return
+	}
+	p.dropLocked(h)
 }
 
 // dropLocked unlocks h and forgets it. p.mu is held.
 func (p *EnvPool) dropLocked(h *envHold) {
 	if h.idle != nil {
 		h.idle.Stop()
+		h.armed = false
 	}
 	delete(p.holds, h.dir)
 	for _, f := range p.dropped {

@@ -136,6 +136,31 @@ func TestEnvHeldBetweenPlans(t *testing.T) {
 	if n != 0 {
 		t.Errorf("%d holds left after the linger, want 0", n)
 	}
+
+	// A linger timer armed by a release and firing while the env is in
+	// use again lets nothing go (the timer is armed once per idle spell
+	// now, not reset at every release); the next release arms it again.
+	fourth, err := p.Get(ctx, EnvSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fourth.Release() // arms the 1 ms timer
+	fifth, err := p.Get(ctx, EnvSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the timer fires: in use
+	if evictable() {
+		t.Fatal("the in-use lock was let go while a plan used the env")
+	}
+	fifth.Release()
+	deadline = time.Now().Add(time.Minute)
+	for !evictable() {
+		if time.Now().After(deadline) {
+			t.Fatal("the in-use lock was never let go after the last release")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // TestEnvKeyRemembered: the keys Get remembers per spelling are the keys
