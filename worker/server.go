@@ -33,6 +33,7 @@ type Server struct {
 	// get at shutdown.
 	sockets   map[*planSocket]struct{}
 	socketsWG sync.WaitGroup
+	slow      slowPlans // hands a busy plan socket's reading on (read)
 
 	// StopGrace is how long Serve lets the plans still running at
 	// shutdown end on their own before it cancels them (0:

@@ -102,9 +102,98 @@ func (s *Server) planSocket(w http.ResponseWriter, r *http.Request) {
 	ps.serve()
 }
 
-// watchAfter is how long a plan runs on the goroutine that read it before
-// another goroutine takes over reading the connection (read).
-const watchAfter = time.Millisecond
+// slowPlans starts what a plan socket's read asks for (a successor
+// reader) once the plan it runs has outlasted a tick, 10 to 20 ms: from
+// one goroutine per Server, which ticks only while plans run on sockets
+// and ends after watchIdle ticks without one. (Until then the socket is
+// not read: a client that goes away, or a plan sent before the last one's
+// result, is seen that much later.)
+//
+// It was a time.AfterFunc per plan. A new timer that is due before any
+// other wakes an idle thread to watch it (the runtime's wakeNetPoller),
+// and this one always was: with the other timers of a plan gone, that
+// wake-up cost a warm no-op plan about a quarter of its Go CPU and of its
+// round trip (8 alternating runs at load ~1, with no watch at all:
+// 231-336 -> 157-257 us a plan; p50 / http-to-pipe 1.54-1.91 ->
+// 1.09-1.44). A ticker already running is re-armed by the thread that
+// runs it: no wake-up. A 1 ms tick still cost a third of that gain (p50
+// / http-to-pipe median 1.59 against 1.30 with 10 ms, 8 alternating runs
+// each).
+type slowPlans struct {
+	mu      sync.Mutex
+	next    uint64
+	plans   map[uint64]*slowPlan
+	ticking bool
+}
+
+type slowPlan struct {
+	ticked bool   // a tick has passed since the plan began
+	start  func() // run in a new goroutine at the next tick after that
+}
+
+const (
+	watchTick = 10 * time.Millisecond
+	watchIdle = 20 // ticks with no plan before the ticking goroutine ends
+)
+
+// add watches a plan that begins now; once it has outlasted a tick, start
+// runs in a new goroutine. It returns the plan's watch id.
+func (w *slowPlans) add(start func()) uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.plans == nil {
+		w.plans = map[uint64]*slowPlan{}
+	}
+	w.next++
+	w.plans[w.next] = &slowPlan{start: start}
+	if !w.ticking {
+		w.ticking = true
+		go w.tick()
+	}
+	return w.next
+}
+
+// remove ends the watch of plan id. It reports false when the plan's
+// start has been (or is being) started.
+func (w *slowPlans) remove(id uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, watched := w.plans[id]
+	delete(w.plans, id)
+	return watched
+}
+
+func (w *slowPlans) tick() {
+	t := time.NewTicker(watchTick)
+	defer t.Stop()
+	idle := 0
+	for range t.C {
+		var starts []func()
+		w.mu.Lock()
+		for id, p := range w.plans {
+			if p.ticked {
+				starts = append(starts, p.start)
+				delete(w.plans, id)
+			} else {
+				p.ticked = true
+			}
+		}
+		if len(w.plans) == 0 && len(starts) == 0 {
+			idle++
+		} else {
+			idle = 0
+		}
+		if idle >= watchIdle {
+			w.ticking = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		for _, f := range starts {
+			go f()
+		}
+	}
+}
 
 // serve reads and runs the connection's plans until it ends, and returns
 // once every goroutine it started has.
@@ -115,8 +204,8 @@ func (ps *planSocket) serve() {
 }
 
 // read reads plan messages until the connection ends, answers the ones it
-// refuses, and runs each plan itself. A plan that outlasts watchAfter
-// hands the reading to a new goroutine, which carries on this loop while
+// refuses, and runs each plan itself. A plan that outlasts a tick of the
+// server's slowPlans hands the reading to a new goroutine, which carries on this loop while
 // this one finishes the plan and ends: the connection is always read, so
 // a client that goes away mid-plan is seen at once and its plan
 // cancelled (and a plan sent before the last one's result is refused),
@@ -153,9 +242,9 @@ func (ps *planSocket) read() {
 		// serve's Wait cannot see zero between this goroutine's end and
 		// the successor's start.
 		ps.readers.Add(1)
-		watch := time.AfterFunc(watchAfter, ps.read)
+		watch := ps.s.slow.add(ps.read)
 		ps.run(p)
-		if !watch.Stop() {
+		if !ps.s.slow.remove(watch) {
 			return // the successor reads now
 		}
 		ps.readers.Done()
