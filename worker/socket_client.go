@@ -70,10 +70,11 @@ func exchange(ctx context.Context, conn *websocket.Conn, id string, frame []byte
 	if err := conn.Write(ctx, websocket.MessageBinary, frame); err != nil {
 		return nil, fmt.Errorf("plan socket: send: %w", err)
 	}
-	typ, b, err := conn.Read(ctx)
+	typ, b, done, err := readMessage(ctx, conn)
 	if err != nil {
 		return nil, fmt.Errorf("plan socket: no answer: %w", err)
 	}
+	defer done()
 	return readAnswer(typ, b, id)
 }
 

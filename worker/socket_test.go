@@ -695,3 +695,26 @@ func TestSocketLargePlanOverPOST(t *testing.T) {
 		t.Fatalf("%d plan sockets open after a small plan, want 1", n)
 	}
 }
+
+// TestSocketResultsOwnTheirBytes: the plan socket reads each message into
+// a pooled buffer that the next message reuses; a result already returned
+// must keep its own bytes (decoding copies them out), on both sides.
+func TestSocketResultsOwnTheirBytes(t *testing.T) {
+	tw := newTestWorker(t, testOptions{})
+	addr, _ := serveOn(t, tw, "127.0.0.1:0")
+	c := newClient(t, "http://"+addr, nil)
+	plan := func(id string, fill byte) *Plan {
+		p := behaviourPlan(t, id, "NoOp")
+		p.Input = Value{Kind: KindBytes, Data: bytes.Repeat([]byte{fill}, 3000)}
+		return p
+	}
+	first := runBy(t, c, plan("first", 'a'))
+	mustSucceed(t, first)
+	for i := range 3 {
+		mustSucceed(t, runBy(t, c, plan(fmt.Sprintf("next-%d", i), byte('b'+i))))
+	}
+	out := first.Outputs["n"]
+	if out.Kind != KindBytes || !bytes.Equal(out.Data, bytes.Repeat([]byte{'a'}, 3000)) {
+		t.Errorf("the first result's output after three more plans: %s, %d bytes, starting %q; want its own 3000 a's", out.Kind, len(out.Data), out.Data[:min(8, len(out.Data))])
+	}
+}
