@@ -548,19 +548,7 @@ func TestSocketShutdown(t *testing.T) {
 	idle := newClient(t, "http://"+addr, nil)
 	mustSucceed(t, runBy(t, idle, behaviourPlan(t, "warm", "NoOp")))
 	dir := t.TempDir()
-	busy := newClient(t, "http://"+addr, nil)
-	type ran struct {
-		res *Result
-		err error
-	}
-	done := make(chan ran, 1)
-	go func() {
-		p := behaviourPlan(t, "gather", "Gather")
-		p.Nodes[0].Config = map[string]any{"dir": dir, "n": 2}
-		res, err := busy.Run(context.Background(), p)
-		done <- ran{res, err}
-	}()
-	eventually(t, "the plan did not start", func() bool { n, _ := os.ReadDir(dir); return len(n) == 1 })
+	done := startGather(t, newClient(t, "http://"+addr, nil), "gather", dir)
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
 	// The plan ends on its own once the second mark is there.
@@ -581,28 +569,36 @@ func TestSocketShutdown(t *testing.T) {
 	}
 }
 
+// ran is how a plan run in the background ended.
+type ran struct {
+	res *Result
+	err error
+}
+
+// startGather runs a Gather plan through c in the background, one that
+// waits for 2 marks in dir and leaves its own, and returns once it runs.
+// Another mark in dir ends it.
+func startGather(t *testing.T, c *Client, id, dir string) <-chan ran {
+	t.Helper()
+	done := make(chan ran, 1)
+	go func() {
+		p := behaviourPlan(t, id, "Gather")
+		p.Nodes[0].Config = map[string]any{"dir": dir, "n": 2}
+		res, err := c.Run(context.Background(), p)
+		done <- ran{res, err}
+	}()
+	eventually(t, "the plan did not start", func() bool { n, _ := os.ReadDir(dir); return len(n) == 1 })
+	return done
+}
+
 // TestSocketShutdownGrace: a plan still running on a plan socket when the
 // stop grace ends is cancelled; its client gets that answer, and Serve
 // returns. (The grace was a constant 10 s: this path had no test.)
 func TestSocketShutdownGrace(t *testing.T) {
 	tw := newTestWorker(t, testOptions{})
 	addr, stop := serveGrace(t, tw, "127.0.0.1:0", 200*time.Millisecond)
-	c := newClient(t, "http://"+addr, nil)
-	dir := t.TempDir()
-	type ran struct {
-		res *Result
-		err error
-	}
-	done := make(chan ran, 1)
-	go func() {
-		// Gather waits for 2 marks; only its own comes: it runs until
-		// it is cancelled.
-		p := behaviourPlan(t, "outlasts-grace", "Gather")
-		p.Nodes[0].Config = map[string]any{"dir": dir, "n": 2}
-		res, err := c.Run(context.Background(), p)
-		done <- ran{res, err}
-	}()
-	eventually(t, "the plan did not start", func() bool { n, _ := os.ReadDir(dir); return len(n) == 1 })
+	// Only the plan's own mark comes: it runs until it is cancelled.
+	done := startGather(t, newClient(t, "http://"+addr, nil), "outlasts-grace", t.TempDir())
 	if err := stop(); err != nil {
 		t.Fatalf("Serve = %v", err)
 	}
