@@ -434,6 +434,29 @@ func EncodeFrame(v versioned) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// encodeSmallFrame is EncodeFrame for a frame that is sent and then
+// dropped: a small one goes into a pooled buffer (messageBufs) that done
+// gives back, so b must not be used after it. A frame that carries 64
+// KiB of payload or more is EncodeFrame's own (done does nothing). The
+// plan socket's frames, a plan and its result, were a new 3 KB buffer
+// each (pprof).
+func encodeSmallFrame(v versioned) (b []byte, done func(), err error) {
+	if payloadSize(v) >= 64<<10 {
+		b, err = EncodeFrame(v)
+		return b, func() {}, err
+	}
+	v.setVersion()
+	buf := messageBufs.Get().(*bytes.Buffer)
+	buf.Reset()
+	enc := msgpack.NewEncoder(buf)
+	enc.UseCompactInts(true)
+	if err := enc.Encode(v); err != nil {
+		messageBufs.Put(buf)
+		return nil, nil, fmt.Errorf("worker: encode %T: %w", v, err)
+	}
+	return buf.Bytes(), func() { putMessageBuf(buf) }, nil
+}
+
 // DecodeFrame decodes b into v, strictly: it first reads the frame's
 // version and refuses another one (a *VersionError), then decodes with
 // unknown fields refused. Only Health and Capabilities, which a newer

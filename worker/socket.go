@@ -267,14 +267,18 @@ func readMessage(ctx context.Context, c *websocket.Conn) (websocket.MessageType,
 	buf := messageBufs.Get().(*bytes.Buffer)
 	buf.Reset()
 	if _, err := buf.ReadFrom(r); err != nil {
-		messageBufs.Put(buf)
+		putMessageBuf(buf)
 		return 0, nil, nil, err
 	}
-	return typ, buf.Bytes(), func() {
-		if buf.Cap() <= maxPooledMessage {
-			messageBufs.Put(buf)
-		}
-	}, nil
+	return typ, buf.Bytes(), func() { putMessageBuf(buf) }, nil
+}
+
+// putMessageBuf gives buf back to messageBufs, unless it grew past
+// maxPooledMessage.
+func putMessageBuf(buf *bytes.Buffer) {
+	if buf.Cap() <= maxPooledMessage {
+		messageBufs.Put(buf)
+	}
 }
 
 // messageBufs are readMessage's buffers; one that grew past
@@ -346,14 +350,15 @@ func refusal(id string, err error) *SocketMessage {
 // write blocked all the same (a client that sent bad frames and reads no
 // answer) ends at hangup, at shutdown or when the client goes.
 func (ps *planSocket) write(m *SocketMessage) error {
-	b, err := EncodeFrame(m)
+	b, done, err := encodeSmallFrame(m)
 	if err != nil {
 		ps.s.log.Error("encode plan socket message", "err", err)
-		b, err = EncodeFrame(&SocketMessage{Kind: MsgError, ID: m.ID, Status: http.StatusInternalServerError, Error: err.Error()})
+		b, done, err = encodeSmallFrame(&SocketMessage{Kind: MsgError, ID: m.ID, Status: http.StatusInternalServerError, Error: err.Error()})
 		if err != nil {
 			return err
 		}
 	}
+	defer done()
 	if len(b) <= smallWrite {
 		return ps.c.Write(context.Background(), websocket.MessageBinary, b)
 	}

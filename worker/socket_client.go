@@ -25,10 +25,11 @@ func (c *Client) socketless() bool {
 // worker has none.
 func (c *Client) runSocket(ctx context.Context, q *Plan) (*Result, error) {
 	q.setVersion()
-	frame, err := EncodeFrame(&SocketMessage{Kind: MsgPlan, Plan: q})
+	frame, done, err := encodeSmallFrame(&SocketMessage{Kind: MsgPlan, Plan: q})
 	if err != nil {
 		return nil, err
 	}
+	defer done() // after any resend below
 	for retried := false; ; retried = true {
 		conn, reused, err := c.takeSocket(ctx)
 		if err != nil {
