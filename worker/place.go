@@ -180,6 +180,12 @@ type PlaceOptions struct {
 	WaitInterval time.Duration
 	// Logger gets lease heartbeat errors; nil discards them.
 	Logger *slog.Logger
+	// KeepFor, if positive, is how long a Placer keeps a released lease
+	// for its next placement of the same requirement before it ends it
+	// (DefaultLeaseKeep is a good value; Placer says what it costs). Zero
+	// ends every lease at its release, as Place (with no Placer) always
+	// does. A Placer that keeps leases must be closed (Placer.Close).
+	KeepFor time.Duration
 
 	// rand breaks ties; tests set it to make choices repeatable. nil
 	// means a new source per call.
@@ -187,12 +193,29 @@ type PlaceOptions struct {
 }
 
 // Placement is a plan's place: the worker to send it to and the lease on
-// one of its slots. A goroutine owned by the Placement touches the lease
-// every heartbeat interval until Release.
+// one of its slots. A goroutine touches the lease every heartbeat interval
+// until the lease ends: at Release, or, through a Placer that keeps
+// leases, when the Placer ends it (Placer says when).
 type Placement struct {
 	Worker WorkerRecord
 	Lease  Lease
 
+	// The lease and its heartbeat: this placement's alone, or, through a
+	// Placer, shared in turn by the placements it serves one after another.
+	*leaseHold
+
+	relMu    sync.Mutex
+	released bool
+	// back hands the lease to the Placer that keeps it at Release; nil
+	// ends it.
+	back func(ctx context.Context, h *leaseHold) error
+}
+
+// leaseHold is a claimed lease and the goroutine that renews it. A
+// Placement owns one; a Placer that keeps leases passes one from a
+// released Placement to the next placement it serves (leaseKeeper).
+type leaseHold struct {
+	l       Lease
 	timeout time.Duration
 	log     *slog.Logger
 	// beat renews the lease and returns the file server's time of the
@@ -207,10 +230,16 @@ type Placement struct {
 	done chan struct{}
 	lost chan struct{}
 
-	mu       sync.Mutex
-	lostErr  error
-	released bool
-	last     time.Time // server time of the last renewal that landed (or earlier)
+	// What a Placer's leaseKeeper matches and ages it by: the
+	// requirement it was claimed for, this machine's clock when the claim
+	// began, and when it was last handed back (idle since).
+	req     Requirement
+	claimed time.Time
+	idle    time.Time
+
+	mu      sync.Mutex
+	lostErr error
+	last    time.Time // server time of the last renewal that landed (or earlier)
 }
 
 // Lost is closed when the lease may have been lost (a heartbeat failed to
@@ -225,35 +254,57 @@ func (p *Placement) Err() error {
 	return p.lostErr
 }
 
-// Release stops the lease's heartbeat, waits for its goroutine to exit
-// and ends the lease, so the slot is free at once. Calling it more than
-// once is harmless. It returns an error only if the lease could not be
-// ended (it then goes stale and is reclaimed after the timeout).
+// Release ends the placement. Without a Placer that keeps leases it
+// stops the lease's heartbeat, waits for its goroutine to exit and ends
+// the lease, so the slot is free at once; through one, the Placer keeps
+// the lease (and its heartbeat) for its next placement of the same
+// requirement, and ends it within PlaceOptions.KeepFor if none comes.
+// Calling it more than once is harmless. It returns an error only if the
+// lease could not be ended (it then goes stale and is reclaimed after the
+// timeout).
 func (p *Placement) Release(ctx context.Context) error {
-	p.mu.Lock()
+	p.relMu.Lock()
 	if p.released {
-		p.mu.Unlock()
+		p.relMu.Unlock()
 		return nil
 	}
 	p.released = true
-	p.mu.Unlock()
-	p.stop()
-	<-p.done
-	p.mu.Lock()
-	last, lost := p.last, p.lostErr != nil
-	p.mu.Unlock()
-	return p.end(ctx, last, lost)
+	p.relMu.Unlock()
+	if p.back != nil {
+		return p.back(ctx, p.leaseHold)
+	}
+	return p.finish(ctx)
+}
+
+// finish stops the heartbeat, waits for its goroutine and ends the lease.
+func (h *leaseHold) finish(ctx context.Context) error {
+	h.stop()
+	<-h.done
+	h.mu.Lock()
+	last, lost := h.last, h.lostErr != nil
+	h.mu.Unlock()
+	return h.end(ctx, last, lost)
+}
+
+// isLost reports whether the heartbeat saw the lease lost.
+func (h *leaseHold) isLost() bool {
+	select {
+	case <-h.lost:
+		return true
+	default:
+		return false
+	}
 }
 
 // heartbeat touches the lease until ctx ends. A gap of more than the
 // timeout between two touches that landed means another placer may have
 // reclaimed the lease (see lease.go): it then closes lost and stops.
-func (p *Placement) heartbeat(ctx context.Context) {
-	defer close(p.done)
-	p.mu.Lock()
-	last := p.last
-	p.mu.Unlock()
-	t := time.NewTicker(HeartbeatInterval(p.timeout))
+func (h *leaseHold) heartbeat(ctx context.Context) {
+	defer close(h.done)
+	h.mu.Lock()
+	last := h.last
+	h.mu.Unlock()
+	t := time.NewTicker(HeartbeatInterval(h.timeout))
 	defer t.Stop()
 	for {
 		select {
@@ -261,33 +312,33 @@ func (p *Placement) heartbeat(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		now, err := p.beat(ctx)
+		now, err := h.beat(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		switch {
 		case errors.Is(err, ErrLeaseLost):
-			p.markLost(err)
+			h.markLost(err)
 			return
 		case err != nil:
-			p.log.Warn("lease heartbeat failed; trying again", "lease", p.Lease.Name(), "err", err)
+			h.log.Warn("lease heartbeat failed; trying again", "lease", h.l.Name(), "err", err)
 			continue
-		case now.Sub(last) > p.timeout:
-			p.markLost(fmt.Errorf("worker: lease %s: %w (heartbeats %s apart, more than the timeout %s)", p.Lease.Name(), ErrLeaseLost, now.Sub(last).Round(time.Millisecond), p.timeout))
+		case now.Sub(last) > h.timeout:
+			h.markLost(fmt.Errorf("worker: lease %s: %w (heartbeats %s apart, more than the timeout %s)", h.l.Name(), ErrLeaseLost, now.Sub(last).Round(time.Millisecond), h.timeout))
 			return
 		}
 		last = now
-		p.mu.Lock()
-		p.last = now
-		p.mu.Unlock()
+		h.mu.Lock()
+		h.last = now
+		h.mu.Unlock()
 	}
 }
 
-func (p *Placement) markLost(err error) {
-	p.mu.Lock()
-	p.lostErr = err
-	p.mu.Unlock()
-	close(p.lost)
+func (h *leaseHold) markLost(err error) {
+	h.mu.Lock()
+	h.lostErr = err
+	h.mu.Unlock()
+	close(h.lost)
 }
 
 // Place finds a live worker that meets req and has a free slot, claims a
@@ -412,13 +463,13 @@ func newPlacement(w WorkerRecord, l Lease, timeout time.Duration, first time.Tim
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Placement{
-		Worker: w, Lease: l, timeout: timeout, beat: beat, end: end,
+	h := &leaseHold{
+		l: l, timeout: timeout, beat: beat, end: end,
 		stop: cancel, done: make(chan struct{}), lost: make(chan struct{}),
 		log: log, last: first,
 	}
-	go p.heartbeat(ctx)
-	return p
+	go h.heartbeat(ctx)
+	return &Placement{Worker: w, Lease: l, leaseHold: h}
 }
 
 // candidates returns the live workers that meet req and have a free slot

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -17,8 +18,10 @@ import (
 // placeSendChild, the role "place-send" of the children of
 // TestPlacedPlansNeverOverbook, places N no-op plans one after another, sends each to
 // the worker it was placed on and releases the lease when it is done:
-// with Place, or with PLACER=1 through one Placer for all of them.
-func placeSendChild() error {
+// with Place, with PLACER=1 through one Placer for all of them, or with
+// PLACER=keep through one that keeps released leases (KeepFor), closed
+// at the end.
+func placeSendChild() (err error) {
 	ctx := context.Background()
 	s, err := fsstore.Open(os.Getenv("ROOT"), fsstore.Options{})
 	if err != nil {
@@ -32,10 +35,26 @@ func placeSendChild() error {
 	f := File{Name: "behaviour.py", Digest: fsstore.Sum(b).String(), Content: b}
 	clients := map[string]*Client{}
 	opts := PlaceOptions{Wait: true, WaitInterval: 2 * time.Millisecond, Holder: "pid " + strconv.Itoa(os.Getpid())}
-	placer := NewPlacer(s, opts, 0)
+	popts := opts
+	if os.Getenv("PLACER") == "keep" {
+		popts.KeepFor = DefaultLeaseKeep
+	}
+	placer := NewPlacer(s, popts, 0)
+	defer func() {
+		if cerr := placer.Close(ctx); err == nil {
+			err = cerr
+		}
+	}()
+	nonces := map[string]bool{}
+	defer func() {
+		if err == nil {
+			// The parent checks that a keeping Placer did keep leases.
+			fmt.Printf("reused %d\n", n-len(nonces))
+		}
+	}()
 	for i := range n {
 		var p *Placement
-		if os.Getenv("PLACER") == "1" {
+		if os.Getenv("PLACER") != "0" {
 			p, err = placer.Place(ctx, Requirement{})
 		} else {
 			p, err = Place(ctx, s, Requirement{}, opts)
@@ -43,6 +62,7 @@ func placeSendChild() error {
 		if err != nil {
 			return err
 		}
+		nonces[p.Lease.Nonce] = true
 		c := clients[p.Worker.Address]
 		if c == nil {
 			if c, err = NewClient(p.Worker.Address, testToken, nil); err != nil {
@@ -74,10 +94,11 @@ func placeSendChild() error {
 // each plan to the worker it was placed on. Overbooking is checked by the
 // workers, not by the placers: a worker refuses a third plan at once (503,
 // ErrFull), and the child that sent it fails. Every plan runs. Each
-// process places with Place, and again with one Placer that keeps its
-// view of the registry and the leases between its placements.
+// process places with Place, again with one Placer that keeps its
+// view of the registry and the leases between its placements, and again
+// with one that also keeps its released leases for its next placement.
 func TestPlacedPlansNeverOverbook(t *testing.T) {
-	for _, placer := range []string{"0", "1"} {
+	for _, placer := range []string{"0", "1", "keep"} {
 		t.Run("placer="+placer, func(t *testing.T) { placedPlansNeverOverbook(t, placer) })
 	}
 }
@@ -94,9 +115,11 @@ func placedPlansNeverOverbook(t *testing.T, placer string) {
 		ws = append(ws, tw)
 	}
 	var cmds []*exec.Cmd
+	var outs [procs]bytes.Buffer
 	for i := range procs {
 		c := testutil.Child(t, "place-send", "ROOT="+s.Root(), "N="+strconv.Itoa(perProc), "ME=c"+strconv.Itoa(i), "PLACER="+placer)
 		c.Stderr = os.Stderr
+		c.Stdout = &outs[i]
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -106,6 +129,21 @@ func placedPlansNeverOverbook(t *testing.T, placer string) {
 		if err := c.Wait(); err != nil {
 			t.Errorf("placer %d: %v (a worker refused a plan: overbooked?)", i, err)
 		}
+	}
+	reused := 0
+	for i := range outs {
+		var n int
+		if _, err := fmt.Sscanf(outs[i].String(), "reused %d", &n); err != nil {
+			t.Errorf("placer %d said %q, want \"reused N\"", i, outs[i].String())
+		}
+		reused += n
+	}
+	t.Logf("%d of %d placements took a kept lease", reused, procs*perProc)
+	if placer == "keep" && reused == 0 {
+		t.Errorf("no placement took a kept lease: the test did not exercise keeping")
+	}
+	if placer != "keep" && reused != 0 {
+		t.Errorf("%d placements got a lease another had, with no Placer keeping leases", reused)
 	}
 	total := 0
 	for i, tw := range ws {

@@ -138,18 +138,30 @@ func BenchmarkPlacedPlans(b *testing.B) {
 		})
 	})
 	// One Placer for the 8 senders, as a long-lived client or service
-	// would hold: it reads the registry and the leases once a second.
-	placer := NewPlacer(s, PlaceOptions{Wait: true, WaitInterval: 5 * time.Millisecond, Timeout: time.Hour}, 0)
-	b.Run("placer", func(b *testing.B) {
-		bench(b, func(g int, p *Plan) error {
-			pl, err := placer.Place(ctx, p.Requirement())
-			if err != nil {
-				return err
-			}
-			defer pl.Release(ctx)
-			return check(clients[pl.Worker.Address].Run(ctx, p))
+	// would hold: it reads the registry and the leases once a second and
+	// keeps a released lease for the next placement (KeepFor
+	// DefaultLeaseKeep); and one that ends every lease at its release and
+	// claims a new one for every plan (no KeepFor), as every placement
+	// did before.
+	for _, v := range []struct {
+		name string
+		keep time.Duration
+	}{{"placer", DefaultLeaseKeep}, {"placer-claim-each", 0}} {
+		placer := NewPlacer(s, PlaceOptions{Wait: true, WaitInterval: 5 * time.Millisecond, Timeout: time.Hour, KeepFor: v.keep}, 0)
+		b.Run(v.name, func(b *testing.B) {
+			bench(b, func(g int, p *Plan) error {
+				pl, err := placer.Place(ctx, p.Requirement())
+				if err != nil {
+					return err
+				}
+				defer pl.Release(ctx)
+				return check(clients[pl.Worker.Address].Run(ctx, p))
+			})
 		})
-	})
+		if err := placer.Close(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
 	b.Run("direct", func(b *testing.B) {
 		bench(b, func(g int, p *Plan) error {
 			return check(ws[g%len(ws)].client.Run(ctx, p))
