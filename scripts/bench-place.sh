@@ -63,8 +63,10 @@ END {
 	printf "| placed (Place, send, Release) | %.0f |\n", r["placed"]
 	printf "| placed through one Placer, a lease claimed for every plan (registry and leases read once a second) | %.0f |\n", r["placer-claim-each"]
 	printf "| placed through one Placer keeping released leases (KeepFor 50 ms) | %.0f |\n", r["placer"]
+	printf "| placed through 8 Placers, one per sender, each keeping its leases | %.0f |\n", r["placers-8"]
 	printf "| direct (send to a known worker) | %.0f |\n", r["direct"]
 	if (r["direct"] > 0) printf "| placed / direct | %.2f |\n", r["placed"] / r["direct"]
 	if (r["direct"] > 0) printf "| Placer claiming each / direct | %.2f |\n", r["placer-claim-each"] / r["direct"]
 	if (r["direct"] > 0) printf "| Placer keeping leases / direct (goal: at least 0.67) | %.2f |\n", r["placer"] / r["direct"]
+	if (r["direct"] > 0) printf "| 8 Placers keeping leases / direct | %.2f |\n", r["placers-8"] / r["direct"]
 }'

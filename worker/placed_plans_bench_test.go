@@ -18,7 +18,9 @@ import (
 //     sent to the chosen worker, and its lease released;
 //   - placer: the same through one Placer shared by the senders (the
 //     registry and the leases read once a second, kept up to date by
-//     its own claims and releases);
+//     its own claims and releases), keeping released leases for its next
+//     placement; placer-claim-each: one that claims a lease for every
+//     plan; placers-8: one keeping Placer per sender, as 8 processes;
 //   - direct: the same plans sent straight to known workers (sender g
 //     always uses worker g%2, so 4 per worker: its slots), which is the
 //     peer placement is measured against: what it costs is the
@@ -159,6 +161,27 @@ func BenchmarkPlacedPlans(b *testing.B) {
 			})
 		})
 		if err := placer.Close(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Eight placers that know nothing of each other, one per sender, as
+	// eight processes would be, each keeping its released leases.
+	var own [senders]*Placer
+	for g := range own {
+		own[g] = NewPlacer(s, PlaceOptions{Wait: true, WaitInterval: 5 * time.Millisecond, Timeout: time.Hour, KeepFor: DefaultLeaseKeep}, 0)
+	}
+	b.Run("placers-8", func(b *testing.B) {
+		bench(b, func(g int, p *Plan) error {
+			pl, err := own[g].Place(ctx, p.Requirement())
+			if err != nil {
+				return err
+			}
+			defer pl.Release(ctx)
+			return check(clients[pl.Worker.Address].Run(ctx, p))
+		})
+	})
+	for _, p := range own {
+		if err := p.Close(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
