@@ -134,7 +134,7 @@ func (k *leaseKeeper) drop(ctx context.Context) bool {
 	hs := k.idle
 	k.idle = nil
 	k.mu.Unlock()
-	_ = k.end(ctx, hs)
+	_ = k.end(context.WithoutCancel(ctx), hs)
 	return len(hs) > 0
 }
 
@@ -215,7 +215,9 @@ func (st *placeState) reuse(ctx context.Context, store leaseStore, req Requireme
 		return nil, fmt.Errorf("worker: place %s: %w", req, err)
 	}
 	h, w, expired := k.take(req, now, timeout, recs)
-	_ = k.end(ctx, expired)
+	// Ended even if this placement is cancelled: a lease left behind
+	// holds its slot from every placer until it goes stale.
+	_ = k.end(context.WithoutCancel(ctx), expired)
 	if h == nil {
 		return nil, nil
 	}

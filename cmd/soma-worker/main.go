@@ -179,6 +179,14 @@ func serve(c *cli.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Bug: the worker takes a zero grace for its default, so
+	// --stop-grace 0 gave running plans 10 s, not none; and a negative
+	// one the same. Refused rather than read a way nobody means.
+	for _, f := range []string{"stop-grace", "cancel-grace", "plan-timeout"} {
+		if d := c.Duration(f); d <= 0 {
+			return usagef("--%s %s: must be more than 0 (1ms to give no time at all)", f, d)
+		}
+	}
 	var store *fsstore.Store
 	if root := c.String("root"); root != "" {
 		if store, err = fsstore.Open(root, fsstore.Options{Create: true}); err != nil {

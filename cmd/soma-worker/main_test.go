@@ -53,6 +53,10 @@ func TestRefusals(t *testing.T) {
 		{"readable token file", []string{"--python", "/usr/bin/python3", "--token-file", open}, exitError, "run chmod 600 " + open},
 		{"arguments", []string{"--python", "/usr/bin/python3", "extra"}, exitUsage, "takes only flags"},
 		{"bad memory", []string{"--python", "/usr/bin/python3", "--max-memory", "lots"}, exitUsage, "--max-memory"},
+		// --root names a file: should the grace pass, the worker fails
+		// there rather than serve.
+		{"no stop grace", []string{"--python", "/usr/bin/python3", "--root", open, "--stop-grace", "0s"}, exitUsage, "--stop-grace 0s: must be more than 0"},
+		{"negative cancel grace", []string{"--python", "/usr/bin/python3", "--root", open, "--cancel-grace", "-1s"}, exitUsage, "--cancel-grace -1s: must be more than 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, errOut := somaWorker(tc.args...)
