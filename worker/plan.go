@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -359,6 +360,12 @@ func (vf *valueFile) value(dir, what string) (Value, error) {
 			path = filepath.Join(dir, path)
 		}
 		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			// Said only "open PATH: no such file or directory": a new
+			// user of examples/worker-digits, who had not run its
+			// make_data.py, could not tell the plan wanted the file made.
+			return Value{}, fmt.Errorf("%w: [%s] npy = %q: %s does not exist (a relative path is read from the plan file's folder; make the file first, or fix the path)", ErrInvalidPlan, what, vf.Npy, path)
+		}
 		if err != nil {
 			return Value{}, fmt.Errorf("%w: [%s] npy: %v", ErrInvalidPlan, what, err)
 		}
