@@ -62,6 +62,10 @@ import (
 // --max-plans with 503). Keep the window short against the heartbeat
 // timeout.
 //
+// With PlaceOptions.KeepFor it also keeps the leases its placements
+// release, for its next placement of the same requirement (leaseKeeper
+// says when they end); such a Placer must be closed.
+//
 // A Placer is safe for concurrent use.
 type Placer struct {
 	store leaseStore // *fsstore.Store; a counting wrapper in tests
@@ -79,9 +83,8 @@ type Placer struct {
 // create scans the inodes deleted in the last minute (the kernel's
 // recently_deleted(), 15% of the machine's CPU during a placing run by
 // perf); a process placing plan after plan paid that for every plan
-// (issue 15: placed
-// no-op plans at 0.32x to 0.60x of the same plans sent straight to known
-// workers). Ray's task submitter does the same: a worker lease serves
+// (issue 15: placed no-op plans at 0.32x to 0.60x of the same plans sent
+// straight to known workers). Ray's task submitter does the same: a worker lease serves
 // the next task of the same scheduling key, for at most
 // worker_lease_timeout_milliseconds (500 ms by default, ray_config_def.h)
 // before it goes back to the raylet; here the window is the Placer's
