@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -97,14 +99,14 @@ func (k *leaseKeeper) take(req Requirement, now time.Time, timeout time.Duration
 	return nil, WorkerRecord{}, expired
 }
 
-// findRegistered finds id in recs.
+// findRegistered finds id in recs, which scanRegistry sorts by id (a
+// binary search: a Placer may know a thousand workers).
 func findRegistered(recs []registered, id WorkerID) (registered, bool) {
-	for _, r := range recs {
-		if r.rec.ID == id {
-			return r, true
-		}
+	i, ok := slices.BinarySearchFunc(recs, id.s, func(r registered, s string) int { return strings.Compare(r.rec.ID.s, s) })
+	if !ok {
+		return registered{}, false
 	}
-	return registered{}, false
+	return recs[i], true
 }
 
 // expiredLocked removes from idle the leases that may no longer be kept

@@ -257,3 +257,23 @@ func TestPlacerClaimsKeptSlotAfreshEachWindow(t *testing.T) {
 		t.Fatalf("the first lease is still bound after a new one was claimed for its slot")
 	}
 }
+
+// TestFindRegistered: the kept lease's worker is found by id among the
+// registry's records as scanRegistry sorts them, first, last and between,
+// and an id no record has is not found.
+func TestFindRegistered(t *testing.T) {
+	var recs []registered
+	for _, id := range []string{"a1", "b2", "c3", "node10", "node9"} {
+		recs = append(recs, registered{rec: WorkerRecord{ID: mustID(id)}})
+	}
+	for _, id := range []string{"a1", "c3", "node10", "node9"} {
+		if r, ok := findRegistered(recs, mustID(id)); !ok || r.rec.ID.String() != id {
+			t.Errorf("findRegistered(%s) = %v, %v", id, r.rec.ID, ok)
+		}
+	}
+	for _, id := range []string{"a0", "c", "node11", "z"} {
+		if r, ok := findRegistered(recs, mustID(id)); ok {
+			t.Errorf("findRegistered(%s) found %v, want none", id, r.rec.ID)
+		}
+	}
+}
