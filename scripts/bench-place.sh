@@ -23,24 +23,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${SOMA_BENCH_PLACE_N:-100}
 out=$(go test -run '^$' -bench '^BenchmarkPlace$' -benchtime "${N}x" ./worker/)
-# The file system under the folder, and for ext4 whether it has a journal:
-# without one, the kernel's inode allocator skips every inode deleted in
-# the last minute (recently_deleted()), and every lease claimed and ended
-# costs about twice what it does on a journaled ext4 (README, placement).
-fsinfo() {
-	local d=$1 t dev
-	t=$(stat -f -c %T "$d")
-	dev=$(basename "$(df --output=source "$d" | tail -1)")
-	if [ "$t" = ext2/ext3 ] && [ -d "/proc/fs/ext4/$dev" ]; then
-		if ls /proc/fs/jbd2 2>/dev/null | grep -q "^$dev-"; then
-			echo "ext4 with a journal"
-		else
-			echo "ext4 without a journal"
-		fi
-	else
-		echo "$t"
-	fi
-}
+# fsinfo: the file system under a folder, and for ext4 whether it has a
+# journal (scripts/fsbench.sh says why that matters here).
+. scripts/fsbench.sh
 echo "## placement from the folder vs the floor (list + read every record + one link claim)"
 echo
 echo "$N placements each, on $(fsinfo "${TMPDIR:-/tmp}"), $(nproc) cores, load average $(cut -d' ' -f1 /proc/loadavg). Milliseconds."
@@ -94,9 +79,8 @@ END {
 
 P=${SOMA_BENCH_PLACED_N:-2000}
 top=$(mktemp -d "${TMPDIR:-/tmp}/soma-bench-place.XXXXXX")
-mnt=
 cleanup() {
-	if [ -n "$mnt" ]; then umount "$mnt" 2>/dev/null || true; rmdir "$mnt" 2>/dev/null || true; fi
+	fsbench_cleanup
 	rm -rf "$top"
 }
 trap cleanup EXIT
@@ -109,16 +93,7 @@ throughput "${TMPDIR:-/tmp}"
 # inodes deleted in the last minute, and a lease claimed per plan pays
 # for it; most Linux machines and NFS servers have a journal.
 # SOMA_BENCH_PLACE_EXT4=no skips it.
-if [ "${SOMA_BENCH_PLACE_EXT4:-yes}" != no ]; then
-	if [ "$(id -u)" = 0 ] && command -v mkfs.ext4 >/dev/null; then
-		mnt=$(mktemp -d)
-		if truncate -s 1G "$top/ext4.img" && mkfs.ext4 -q -F "$top/ext4.img" && mount -o loop "$top/ext4.img" "$mnt"; then
-			mkdir "$mnt/w"
-			throughput "$mnt/w"
-		else
-			echo "bench-place: no journaled ext4 table: could not make and loop-mount an image (a container without loop devices?)" >&2
-		fi
-	else
-		echo "bench-place: no journaled ext4 table: it needs root and mkfs.ext4 to loop-mount an image" >&2
-	fi
+if [ "${SOMA_BENCH_PLACE_EXT4:-yes}" != no ] && fsbench_ext4 "$top" bench-place; then
+	mkdir "$fsbench_mnt/w"
+	throughput "$fsbench_mnt/w"
 fi

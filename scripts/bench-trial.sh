@@ -38,9 +38,9 @@ OBJ=(/bin/echo 1)
 base=${BENCH_DIR:-${TMPDIR:-/tmp}}
 mkdir -p "$base"
 top=$(mktemp -d "$base/soma-bench-trial.XXXXXX")
-mnt=
+. scripts/fsbench.sh
 cleanup() {
-    if [ -n "$mnt" ]; then umount "$mnt" 2>/dev/null || true; rmdir "$mnt" 2>/dev/null || true; fi
+    fsbench_cleanup
     rm -rf "$top"
 }
 trap cleanup EXIT
@@ -110,17 +110,7 @@ fs=${BENCH_FS:-both}
 if [ "$fs" != ext4 ]; then
     bench "$top/tmp"
 fi
-if [ "$fs" != tmp ]; then
-    if [ "$(id -u)" = 0 ] && command -v mkfs.ext4 >/dev/null; then
-        img=$top/ext4.img
-        mnt=$(mktemp -d)
-        if truncate -s 2G "$img" && mkfs.ext4 -q -F "$img" && mount -o loop "$img" "$mnt"; then
-            echo
-            bench "$mnt/w"
-        else
-            echo "bench-trial: no journaled ext4 table: could not make and loop-mount an image (a container without loop devices?)" >&2
-        fi
-    else
-        echo "bench-trial: no journaled ext4 table: it needs root and mkfs.ext4 to loop-mount an image" >&2
-    fi
+if [ "$fs" != tmp ] && fsbench_ext4 "$top" bench-trial; then
+    echo
+    bench "$fsbench_mnt/w"
 fi
