@@ -178,7 +178,8 @@ type PlaceOptions struct {
 	// rather than return ErrNoFreeSlot.
 	Wait         bool
 	WaitInterval time.Duration
-	// Logger gets lease heartbeat errors; nil discards them.
+	// Logger gets lease heartbeat errors, and a Placer's failures to end
+	// the leases it kept; nil discards them.
 	Logger *slog.Logger
 	// KeepFor, if positive, is how long a Placer keeps a released lease
 	// for its next placement of the same requirement before it ends it
